@@ -1,0 +1,164 @@
+"""Training-step throughput and peak memory: the package's fast path vs its explicit teaching path
+vs torch.nn.Transformer of the same size.
+
+One training step = forward + label-smoothed loss + backward + Adam step, on batches of 128
+sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
+
+* (a) fast:     the package as shipped (SDPA attention, label smoothing without the target matrix)
+* (b) explicit: the teaching path (attention weights materialised and kept, target distribution built)
+* (c) torch:    torch.nn.Transformer (pre-norm, batch_first) + F.cross_entropy(label_smoothing=0.1)
+
+The three implementations are interleaved in one process (round robin, same batches) and the
+median step time of each is reported. Peak memory is the high-water mark of the process's
+resident memory during one step above the resident memory just before it (Linux: reset with
+/proc/self/clear_refs, read from VmHWM), after malloc_trim, so it counts activations, loss
+tensors and gradients but not the weights and Adam state that all three keep anyway.
+
+Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--threads 2]
+"""
+import argparse
+import ctypes
+import gc
+import math
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from annotated_transformer.attention import capture_attention
+from annotated_transformer.layers import sinusoid_table
+from annotated_transformer.model import make_model, subsequent_mask
+from annotated_transformer.training import Batch, LabelSmoothing, SimpleLossCompute
+
+SIZES = {"small": dict(N=2, d_model=256, d_ff=1024, h=4), "base": dict(N=6, d_model=512, d_ff=2048, h=8)}
+SRC_VOCAB, TGT_VOCAB, PAD, BATCH = 8000, 6000, 2, 128
+
+
+def make_batch(gen):
+    "128 pairs; lengths like Multi30k (German ~ 13.9 +- 4.5 tokens, English ~ 13.1 +- 4.1, plus <s> </s>)."
+    src_len = (torch.randn(BATCH, generator=gen) * 4.5 + 13.9).round().clamp(4, 40).long() + 2
+    tgt_len = (torch.randn(BATCH, generator=gen) * 4.1 + 13.1).round().clamp(4, 40).long() + 2
+    src = torch.full((BATCH, int(src_len.max())), PAD)
+    tgt = torch.full((BATCH, int(tgt_len.max())), PAD)
+    for i in range(BATCH):
+        src[i, : src_len[i]] = torch.randint(4, SRC_VOCAB, (int(src_len[i]),), generator=gen)
+        tgt[i, : tgt_len[i]] = torch.randint(4, TGT_VOCAB, (int(tgt_len[i]),), generator=gen)
+    return Batch(src, tgt, pad=PAD)
+
+
+class TorchTransformer(nn.Module):
+    "Baseline (c): torch.nn.Transformer with the same sizes, embeddings and sinusoidal encoding."
+    def __init__(self, N, d_model, d_ff, h, dropout=0.1):
+        super().__init__()
+        self.d_model = d_model
+        self.src_emb, self.tgt_emb = nn.Embedding(SRC_VOCAB, d_model), nn.Embedding(TGT_VOCAB, d_model)
+        self.register_buffer("pe", sinusoid_table(512, d_model))
+        self.drop = nn.Dropout(dropout)
+        self.core = nn.Transformer(d_model, h, N, N, d_ff, dropout, batch_first=True, norm_first=True)
+        self.proj = nn.Linear(d_model, TGT_VOCAB)
+
+    def embed(self, emb, x):
+        return self.drop(emb(x) * math.sqrt(self.d_model) + self.pe[: x.size(1)])
+
+    def loss(self, b: Batch):
+        causal = ~subsequent_mask(b.tgt.size(1))[0]  # True = masked out, as nn.Transformer expects
+        out = self.core(self.embed(self.src_emb, b.src), self.embed(self.tgt_emb, b.tgt), tgt_mask=causal,
+                        src_key_padding_mask=b.src == PAD, tgt_key_padding_mask=b.tgt == PAD,
+                        memory_key_padding_mask=b.src == PAD)
+        logits = self.proj(out)
+        return F.cross_entropy(logits.reshape(-1, TGT_VOCAB), b.tgt_y.reshape(-1), ignore_index=PAD,
+                               label_smoothing=0.1, reduction="sum") / b.ntokens
+
+
+def build(kind, size):
+    torch.manual_seed(0)
+    if kind == "torch":
+        model = TorchTransformer(**SIZES[size])
+        step_loss = model.loss
+    else:
+        model = make_model(SRC_VOCAB, TGT_VOCAB, **SIZES[size])
+        crit = SimpleLossCompute(model.generator, LabelSmoothing(TGT_VOCAB, PAD, 0.1, explicit=kind == "explicit"))
+        def step_loss(b):
+            return crit(model(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
+        if kind == "explicit":
+            inner = step_loss
+            def step_loss(b):
+                with capture_attention(model):
+                    return inner(b)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    def step(b):
+        loss = step_loss(b)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
+_libc = ctypes.CDLL("libc.so.6") if platform.system() == "Linux" else None
+
+
+def _rss_kb(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1])
+
+
+def measured(step, batch):
+    "(seconds, peak extra resident MB) of one step."
+    gc.collect()
+    if _libc is not None:
+        _libc.malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        before = _rss_kb("VmRSS")
+    t0 = time.perf_counter()
+    step(batch)
+    seconds = time.perf_counter() - t0
+    peak = (_rss_kb("VmHWM") - before) / 1024 if _libc is not None else float("nan")
+    return seconds, peak
+
+
+def bench(size, rounds, kinds=("fast", "explicit", "torch")):
+    steps = {k: build(k, size) for k in kinds}
+    gen = torch.Generator().manual_seed(1)
+    batches = [make_batch(gen) for _ in range(rounds + 1)]
+    for k in kinds:  # warm-up: allocates Adam state, first-call overheads
+        steps[k](batches[0])
+    times, mems, tokens = {k: [] for k in kinds}, {k: [] for k in kinds}, []
+    for r, b in enumerate(batches[1:]):
+        tokens.append(b.ntokens)
+        order = kinds[r % len(kinds):] + kinds[: r % len(kinds)]  # rotate who goes first
+        for k in order:
+            s, m = measured(steps[k], b)
+            times[k].append(s / b.ntokens)  # seconds per target token
+            mems[k].append(m)
+    return {k: dict(tok_s=1 / statistics.median(times[k]), mem_mb=statistics.median(mems[k])) for k in kinds}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["small", "base"], choices=list(SIZES))
+    ap.add_argument("--rounds", type=int, default=5, help="measured steps per implementation")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {platform.machine()}, {args.threads} threads, {args.rounds} rounds")
+    for size in args.models:
+        res = bench(size, args.rounds)
+        print(f"\n{size} model {SIZES[size]}")
+        print(f"{'implementation':<12} {'tokens/s':>10} {'peak MB':>9}")
+        for k, v in res.items():
+            print(f"{k:<12} {v['tok_s']:>10.0f} {v['mem_mb']:>9.0f}")
+        f, e, t = res["fast"], res["explicit"], res["torch"]
+        print(f"ratios: speed fast/explicit {f['tok_s'] / e['tok_s']:.2f}x (target >= 1.3), "
+              f"fast/torch {f['tok_s'] / t['tok_s']:.2f}x (target >= 0.95); "
+              f"memory fast/explicit {f['mem_mb'] / e['mem_mb']:.2f}x (target <= 0.6)")
+
+
+if __name__ == "__main__":
+    main()
