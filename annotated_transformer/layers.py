@@ -7,28 +7,52 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/layers.html.
 # %% auto #0
 __all__ = ['PositionwiseFeedForward', 'Embeddings', 'sinusoid_table', 'PositionalEncoding', 'LayerNorm', 'SublayerConnection']
 
-# %% ../nbs/02_layers.ipynb #ceb0058b
+# %% ../nbs/02_layers.ipynb #609afbff
 import math
 
 import torch
 from torch import nn
 
-# %% ../nbs/02_layers.ipynb #5348007e
+# %% ../nbs/02_layers.ipynb #87975d40
+class _ReluDropout(torch.autograd.Function):
+    "dropout(relu(h)) that stores only its output for the backward pass."
+    @staticmethod
+    def forward(ctx, h, p: float):
+        out = h.relu()
+        scale = 1.0
+        if p > 0:
+            scale = 1.0 / (1.0 - p)
+            out.masked_fill_(torch.rand_like(out) < p, 0.0).mul_(scale)
+        ctx.scale = scale
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (out,) = ctx.saved_tensors
+        return grad_out * (out > 0) * ctx.scale, None
+
+# %% ../nbs/02_layers.ipynb #eebda934
 class PositionwiseFeedForward(nn.Module):
     "FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position independently (equation 2)."
     def __init__(self,
                  d_model: int,  # input and output width
                  d_ff: int,  # inner width (2048 in the base model)
-                 dropout: float = 0.1):  # dropout on the inner activations
+                 dropout: float = 0.1,  # dropout on the inner activations
+                 explicit: bool = False):  # True: plain relu + nn.Dropout (autograd keeps both results)
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.explicit = explicit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, d_model) -> same
-        return self.w_2(self.dropout(self.w_1(x).relu()))  # (batch, seq, d_ff) inside
+        h = self.w_1(x)  # (batch, seq, d_ff)
+        if self.explicit or not torch.is_grad_enabled():
+            return self.w_2(self.dropout(h.relu()))
+        return self.w_2(_ReluDropout.apply(h, self.dropout.p if self.training else 0.0))
 
-# %% ../nbs/02_layers.ipynb #e7fa7698
+# %% ../nbs/02_layers.ipynb #898ea1c0
 class Embeddings(nn.Module):
     "Token embedding table, scaled by sqrt(d_model) (section 3.4)."
     def __init__(self,
@@ -45,7 +69,7 @@ class Embeddings(nn.Module):
             raise ValueError(f"token id {bad} is outside the vocabulary of {vocab} tokens (valid ids: 0..{vocab - 1})")
         return self.lut(x) * math.sqrt(self.d_model)
 
-# %% ../nbs/02_layers.ipynb #9c9d1768
+# %% ../nbs/02_layers.ipynb #588220e1
 def sinusoid_table(max_len: int,  # number of positions
                    d_model: int,  # encoding width (even)
                    ) -> torch.Tensor:  # (max_len, d_model) float32
@@ -59,7 +83,7 @@ def sinusoid_table(max_len: int,  # number of positions
     table[:, 1::2] = torch.cos(position * omega)  # odd dimensions: cosine
     return table.float()
 
-# %% ../nbs/02_layers.ipynb #d46231ef
+# %% ../nbs/02_layers.ipynb #41c5f3aa
 class PositionalEncoding(nn.Module):
     "Adds the fixed sinusoidal encoding to a (batch, seq, d_model) input, then dropout (section 3.5)."
     def __init__(self,
@@ -83,22 +107,50 @@ class PositionalEncoding(nn.Module):
                              f"max_len={self.max_len}; build the model with a larger max_len")
         return self.dropout(x + self.pe[:, start:end])
 
-# %% ../nbs/02_layers.ipynb #5fd3f6b1
+# %% ../nbs/02_layers.ipynb #ac686895
+class _LayerNormFunction(torch.autograd.Function):
+    "a * (x - mean) / (std + eps) + b with a backward pass that stores only x and per-row statistics."
+    @staticmethod
+    def forward(ctx, x, a, b, eps):
+        std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # (..., 1) each, unbiased std
+        denom = std + eps  # D
+        ctx.save_for_backward(x, a, mean, denom, std)
+        return torch.addcmul(b, a, (x - mean) / denom)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, a, mean, denom, std = ctx.saved_tensors
+        n = x.size(-1)
+        d = x - mean  # (..., n)
+        x_hat = d / denom
+        lead = tuple(range(x.dim() - 1))
+        grad_a = (grad_out * x_hat).sum(lead)
+        grad_b = grad_out.sum(lead)
+        g = grad_out * a  # gradient at x_hat
+        gd = (g * d).sum(-1, keepdim=True)  # sum_k g_k d_k, (..., 1)
+        grad_x = (g - g.mean(-1, keepdim=True)) / denom - d * (gd / (denom.square() * (n - 1) * std.clamp_min(1e-30)))
+        return grad_x, grad_a, grad_b, None
+
+# %% ../nbs/02_layers.ipynb #448514f0
 class LayerNorm(nn.Module):
     "a * (x - mean) / (std + eps) + b over the last axis, with the unbiased std (2022 Annotated Transformer)."
     def __init__(self,
                  features: int,  # width of the last axis
-                 eps: float = 1e-6):  # added to the standard deviation
+                 eps: float = 1e-6,  # added to the standard deviation
+                 explicit: bool = False):  # True: the formula as written (autograd keeps every intermediate)
         super().__init__()
         self.a_2 = nn.Parameter(torch.ones(features))  # gain a
         self.b_2 = nn.Parameter(torch.zeros(features))  # bias b
         self.eps = eps
+        self.explicit = explicit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., features) -> same
-        std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # unbiased std, (..., 1) each
-        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+        if self.explicit:
+            std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # unbiased std, (..., 1) each
+            return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+        return _LayerNormFunction.apply(x, self.a_2, self.b_2, self.eps)
 
-# %% ../nbs/02_layers.ipynb #917e76c7
+# %% ../nbs/02_layers.ipynb #01e327bc
 class SublayerConnection(nn.Module):
     "Residual connection around a sublayer with dropout; LayerNorm before (pre-norm) or after (post-norm)."
     def __init__(self,

@@ -4,24 +4,37 @@ vs torch.nn.Transformer of the same size.
 One training step = forward + label-smoothed loss + backward + Adam step, on batches of 128
 sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
 
-* (a) fast:     the package as shipped (SDPA attention, label smoothing without the target matrix)
-* (b) explicit: the teaching path (attention weights materialised and kept, target distribution built)
+* (a) fast:     the package as shipped (SDPA attention, output layer fused with the label-smoothed loss,
+                LayerNorm and ReLU+dropout with hand-written backward passes, padding positions
+                skipped in the loss)
+* (b) explicit: the teaching path (attention weights materialised and kept, target distribution built,
+                LayerNorm as the formula is written, plain ReLU + nn.Dropout)
 * (c) torch:    torch.nn.Transformer (pre-norm, batch_first) + F.cross_entropy(label_smoothing=0.1)
 
-The three implementations are interleaved in one process (round robin, same batches) and the
-median step time of each is reported. Peak memory is the high-water mark of the process's
-resident memory during one step above the resident memory just before it (Linux: reset with
-/proc/self/clear_refs, read from VmHWM), after malloc_trim, so it counts activations, loss
-tensors and gradients but not the weights and Adam state that all three keep anyway.
+Speed: the three implementations are interleaved in one process (round robin, the same
+batches, the first-to-run rotating) and the median time per target token of each is reported.
+
+Memory: measured in a second process started with MALLOC_MMAP_THRESHOLD_=65536. With the
+threshold fixed, glibc gives every allocation above 64 KiB its own mapping and returns it to
+the OS when freed (by default the threshold adapts and freed tensors linger in the heap, so
+resident memory measures the allocator's history more than the program). The peak of a step
+is the high-water mark of resident memory during the step (Linux: reset through
+/proc/self/clear_refs, read from VmHWM) above the resident memory just before it: activations,
+loss tensors and gradients, not the weights and Adam state that all three keep anyway.
+Timings are not taken in that process, because an mmap per tensor slows every step.
 
 Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--threads 2]
 """
 import argparse
 import ctypes
 import gc
+import json
 import math
+import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -29,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.attention import capture_attention
-from annotated_transformer.layers import sinusoid_table
+from annotated_transformer.layers import LayerNorm, PositionwiseFeedForward, sinusoid_table
 from annotated_transformer.model import make_model, subsequent_mask
 from annotated_transformer.training import Batch, LabelSmoothing, SimpleLossCompute
 
@@ -84,6 +97,9 @@ def build(kind, size):
         def step_loss(b):
             return crit(model(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
         if kind == "explicit":
+            for m in model.modules():  # LayerNorm as the formula is written
+                if isinstance(m, (LayerNorm, PositionwiseFeedForward)):
+                    m.explicit = True
             inner = step_loss
             def step_loss(b):
                 with capture_attention(model):
@@ -123,21 +139,20 @@ def measured(step, batch):
     return seconds, peak
 
 
-def bench(size, rounds, kinds=("fast", "explicit", "torch")):
+def bench(size, rounds, phase, kinds=("fast", "explicit", "torch")):
+    "Median seconds per target token ('speed') or median peak MB per step ('memory') of each implementation."
     steps = {k: build(k, size) for k in kinds}
     gen = torch.Generator().manual_seed(1)
     batches = [make_batch(gen) for _ in range(rounds + 1)]
     for k in kinds:  # warm-up: allocates Adam state, first-call overheads
         steps[k](batches[0])
-    times, mems, tokens = {k: [] for k in kinds}, {k: [] for k in kinds}, []
+    values = {k: [] for k in kinds}
     for r, b in enumerate(batches[1:]):
-        tokens.append(b.ntokens)
         order = kinds[r % len(kinds):] + kinds[: r % len(kinds)]  # rotate who goes first
         for k in order:
-            s, m = measured(steps[k], b)
-            times[k].append(s / b.ntokens)  # seconds per target token
-            mems[k].append(m)
-    return {k: dict(tok_s=1 / statistics.median(times[k]), mem_mb=statistics.median(mems[k])) for k in kinds}
+            seconds, peak_mb = measured(steps[k], b)
+            values[k].append(seconds / b.ntokens if phase == "speed" else peak_mb)
+    return {k: statistics.median(v) for k, v in values.items()}
 
 
 def main():
@@ -145,19 +160,31 @@ def main():
     ap.add_argument("--models", nargs="+", default=["small", "base"], choices=list(SIZES))
     ap.add_argument("--rounds", type=int, default=5, help="measured steps per implementation")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--phase", choices=["all", "speed", "memory"], default="all", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {platform.machine()}, {args.threads} threads, {args.rounds} rounds")
+    if args.phase == "memory":  # child process: print one JSON line per model
+        for size in args.models:
+            print(json.dumps({"size": size, **bench(size, args.rounds, "memory")}))
+        return
+    print(f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, {args.threads} threads, "
+          f"{args.rounds} rounds")
+    speed = {size: bench(size, args.rounds, "speed") for size in args.models}
+    child = subprocess.run([sys.executable, __file__, "--phase", "memory", "--rounds", str(args.rounds),
+                            "--threads", str(args.threads), "--models", *args.models],
+                           env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+                           capture_output=True, text=True, check=True)
+    memory = {row["size"]: row for row in map(json.loads, child.stdout.splitlines())}
     for size in args.models:
-        res = bench(size, args.rounds)
+        tok_s = {k: 1 / v for k, v in speed[size].items()}
+        mem = memory[size]
         print(f"\n{size} model {SIZES[size]}")
-        print(f"{'implementation':<12} {'tokens/s':>10} {'peak MB':>9}")
-        for k, v in res.items():
-            print(f"{k:<12} {v['tok_s']:>10.0f} {v['mem_mb']:>9.0f}")
-        f, e, t = res["fast"], res["explicit"], res["torch"]
-        print(f"ratios: speed fast/explicit {f['tok_s'] / e['tok_s']:.2f}x (target >= 1.3), "
-              f"fast/torch {f['tok_s'] / t['tok_s']:.2f}x (target >= 0.95); "
-              f"memory fast/explicit {f['mem_mb'] / e['mem_mb']:.2f}x (target <= 0.6)")
+        print(f"| implementation | target tokens/s | peak step memory (MB) |\n| --- | ---: | ---: |")
+        for k in tok_s:
+            print(f"| {k} | {tok_s[k]:.0f} | {mem[k]:.0f} |")
+        print(f"ratios: speed fast/explicit {tok_s['fast'] / tok_s['explicit']:.2f}x (target >= 1.3), "
+              f"fast/torch {tok_s['fast'] / tok_s['torch']:.2f}x (target >= 0.95); "
+              f"memory fast/explicit {mem['fast'] / mem['explicit']:.2f}x (target <= 0.6)")
 
 
 if __name__ == "__main__":
