@@ -8,7 +8,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'weights_to_save', 'save_model',
            'check_weights_match', 'read_config', 'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint']
 
-# %% ../nbs/05_checkpoint.ipynb #c0f658ba
+# %% ../nbs/05_checkpoint.ipynb #0c5e3719
 import json
 import os
 import random
@@ -21,7 +21,7 @@ from torch import nn
 from .model import EncoderDecoder, ModelConfig, build_model
 from .training import TrainState
 
-# %% ../nbs/05_checkpoint.ipynb #e7d11e9b
+# %% ../nbs/05_checkpoint.ipynb #f96476b0
 WEIGHTS_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 TRAINER_TENSORS_FILE, TRAINER_JSON_FILE = "trainer.safetensors", "trainer.json"
 
@@ -52,7 +52,7 @@ def _atomic_write(path: Path, write) -> None:
 def _write_json(path: Path, obj) -> None:
     _atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=2, sort_keys=True)))
 
-# %% ../nbs/05_checkpoint.ipynb #4690ced0
+# %% ../nbs/05_checkpoint.ipynb #45390b69
 def save_model(model: EncoderDecoder,  # a model built by `make_model` / `build_model` (has `.config`)
                path: str | Path,  # checkpoint folder (created if missing)
                dtype: torch.dtype | None = None,  # e.g. torch.float16 to halve the file
@@ -67,7 +67,7 @@ def save_model(model: EncoderDecoder,  # a model built by `make_model` / `build_
     _write_json(path / CONFIG_FILE, config)
     return path
 
-# %% ../nbs/05_checkpoint.ipynb #8c126bbb
+# %% ../nbs/05_checkpoint.ipynb #1ef2a351
 def check_weights_match(model: nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
     "Raise a `ValueError` naming every missing, unexpected or differently shaped tensor."
     expected = model.state_dict()
@@ -112,7 +112,7 @@ def load_model(path: str | Path,  # checkpoint folder
     model = load_weights(build_model(cfg), path)
     return model.to(device).eval()
 
-# %% ../nbs/05_checkpoint.ipynb #401e1445
+# %% ../nbs/05_checkpoint.ipynb #8d959804
 def _optimizer_to_files(optimizer) -> tuple[dict, dict]:
     "Split an optimizer state_dict into tensors (for safetensors) and plain data (for JSON)."
     sd = optimizer.state_dict()
@@ -152,7 +152,7 @@ def _rng_from_files(tensors: dict, data: dict) -> None:
         torch.cuda.set_rng_state_all(cuda)
     random.setstate((data["version"], tuple(data["internal"]), data["gauss"]))
 
-# %% ../nbs/05_checkpoint.ipynb #87edc881
+# %% ../nbs/05_checkpoint.ipynb #de505d17
 def save_checkpoint(path: str | Path,  # checkpoint folder
                     model: EncoderDecoder,  # model with `.config` (unwrap DDP first)
                     optimizer: torch.optim.Optimizer | None = None,  # saved for resuming

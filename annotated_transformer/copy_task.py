@@ -7,7 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/copy_task.ht
 # %% auto #0
 __all__ = ['copy_batches', 'CopyTaskConfig', 'copy_model', 'train_copy_task', 'add_copy_task_arguments', 'copy_task_main']
 
-# %% ../nbs/06_copy_task.ipynb #6ba65de5
+# %% ../nbs/06_copy_task.ipynb #028addc6
 import argparse
 import time
 from dataclasses import asdict, dataclass
@@ -20,7 +20,7 @@ from .model import EncoderDecoder, ModelConfig, build_model
 from .training import (Batch, LabelSmoothing, SimpleLossCompute, TrainState, default_device,
                                             greedy_decode, make_optimizer, run_epoch, set_seed)
 
-# %% ../nbs/06_copy_task.ipynb #c9ffca0c
+# %% ../nbs/06_copy_task.ipynb #d3f4fd3e
 def copy_batches(vocab: int,  # symbols 0..vocab-1; 0 = padding, 1 = start
                  batch_size: int,  # sequences per batch
                  nbatches: int,  # batches to yield
@@ -33,7 +33,7 @@ def copy_batches(vocab: int,  # symbols 0..vocab-1; 0 = padding, 1 = start
         data[:, 0] = 1  # start symbol
         yield Batch(data, data.clone(), pad=0)
 
-# %% ../nbs/06_copy_task.ipynb #ad5e49a2
+# %% ../nbs/06_copy_task.ipynb #9dc4c0be
 @dataclass
 class CopyTaskConfig:
     "Settings of a copy-task run."
@@ -97,7 +97,7 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
                             extra={"epoch": epoch, "copy_task": asdict(cfg)})
     return model.eval(), history
 
-# %% ../nbs/06_copy_task.ipynb #d49d11fb
+# %% ../nbs/06_copy_task.ipynb #8ce4d592
 def add_copy_task_arguments(parser: argparse.ArgumentParser) -> None:
     "Options of `annotated-transformer copy-task`, one per `CopyTaskConfig` field plus paths."
     defaults = CopyTaskConfig()

@@ -7,13 +7,13 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/layers.html.
 # %% auto #0
 __all__ = ['PositionwiseFeedForward', 'Embeddings', 'sinusoid_table', 'PositionalEncoding', 'LayerNorm', 'SublayerConnection']
 
-# %% ../nbs/02_layers.ipynb #609afbff
+# %% ../nbs/02_layers.ipynb #132062df
 import math
 
 import torch
 from torch import nn
 
-# %% ../nbs/02_layers.ipynb #87975d40
+# %% ../nbs/02_layers.ipynb #037cb8bd
 class _ReluDropout(torch.autograd.Function):
     "dropout(relu(h)) that stores only its output for the backward pass."
     @staticmethod
@@ -32,7 +32,7 @@ class _ReluDropout(torch.autograd.Function):
         (out,) = ctx.saved_tensors
         return grad_out * (out > 0) * ctx.scale, None
 
-# %% ../nbs/02_layers.ipynb #eebda934
+# %% ../nbs/02_layers.ipynb #1792610f
 class PositionwiseFeedForward(nn.Module):
     "FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position independently (equation 2)."
     def __init__(self,
@@ -52,7 +52,7 @@ class PositionwiseFeedForward(nn.Module):
             return self.w_2(self.dropout(h.relu()))
         return self.w_2(_ReluDropout.apply(h, self.dropout.p if self.training else 0.0))
 
-# %% ../nbs/02_layers.ipynb #898ea1c0
+# %% ../nbs/02_layers.ipynb #44719a1c
 class Embeddings(nn.Module):
     "Token embedding table, scaled by sqrt(d_model) (section 3.4)."
     def __init__(self,
@@ -69,7 +69,7 @@ class Embeddings(nn.Module):
             raise ValueError(f"token id {bad} is outside the vocabulary of {vocab} tokens (valid ids: 0..{vocab - 1})")
         return self.lut(x) * math.sqrt(self.d_model)
 
-# %% ../nbs/02_layers.ipynb #588220e1
+# %% ../nbs/02_layers.ipynb #cc93cfac
 def sinusoid_table(max_len: int,  # number of positions
                    d_model: int,  # encoding width (even)
                    ) -> torch.Tensor:  # (max_len, d_model) float32
@@ -83,7 +83,7 @@ def sinusoid_table(max_len: int,  # number of positions
     table[:, 1::2] = torch.cos(position * omega)  # odd dimensions: cosine
     return table.float()
 
-# %% ../nbs/02_layers.ipynb #41c5f3aa
+# %% ../nbs/02_layers.ipynb #bb5b2de6
 class PositionalEncoding(nn.Module):
     "Adds the fixed sinusoidal encoding to a (batch, seq, d_model) input, then dropout (section 3.5)."
     def __init__(self,
@@ -107,7 +107,7 @@ class PositionalEncoding(nn.Module):
                              f"max_len={self.max_len}; build the model with a larger max_len")
         return self.dropout(x + self.pe[:, start:end])
 
-# %% ../nbs/02_layers.ipynb #ac686895
+# %% ../nbs/02_layers.ipynb #5b54c5c6
 class _LayerNormFunction(torch.autograd.Function):
     "a * (x - mean) / (std + eps) + b with a backward pass that stores only x and per-row statistics."
     @staticmethod
@@ -131,7 +131,7 @@ class _LayerNormFunction(torch.autograd.Function):
         grad_x = (g - g.mean(-1, keepdim=True)) / denom - d * (gd / (denom.square() * (n - 1) * std.clamp_min(1e-30)))
         return grad_x, grad_a, grad_b, None
 
-# %% ../nbs/02_layers.ipynb #448514f0
+# %% ../nbs/02_layers.ipynb #fb63fffe
 class LayerNorm(nn.Module):
     "a * (x - mean) / (std + eps) + b over the last axis, with the unbiased std (2022 Annotated Transformer)."
     def __init__(self,
@@ -150,7 +150,7 @@ class LayerNorm(nn.Module):
             return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
         return _LayerNormFunction.apply(x, self.a_2, self.b_2, self.eps)
 
-# %% ../nbs/02_layers.ipynb #01e327bc
+# %% ../nbs/02_layers.ipynb #d8d5595b
 class SublayerConnection(nn.Module):
     "Residual connection around a sublayer with dropout; LayerNorm before (pre-norm) or after (post-norm)."
     def __init__(self,

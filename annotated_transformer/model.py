@@ -8,7 +8,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/model.html.m
 __all__ = ['PRESETS', 'EncoderDecoder', 'Generator', 'EncoderLayer', 'Encoder', 'subsequent_mask', 'DecoderLayer', 'Decoder',
            'ModelConfig', 'build_model', 'make_model']
 
-# %% ../nbs/03_model.ipynb #98c892f6
+# %% ../nbs/03_model.ipynb #19f1471e
 import copy
 import json
 from dataclasses import asdict, dataclass, fields
@@ -20,7 +20,7 @@ from .attention import MultiHeadedAttention, clones
 from .layers import (Embeddings, LayerNorm, PositionalEncoding,
                                           PositionwiseFeedForward, SublayerConnection)
 
-# %% ../nbs/03_model.ipynb #eb237724
+# %% ../nbs/03_model.ipynb #09d24e6c
 class EncoderDecoder(nn.Module):
     "The encoder-decoder architecture: embed, encode the source, decode the target against it."
     def __init__(self, encoder, decoder, src_embed, tgt_embed, generator):
@@ -47,7 +47,7 @@ class EncoderDecoder(nn.Module):
         "Decoder states (batch, tgt_len, d_model) for target ids `tgt` given the encoder's `memory`."
         return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
 
-# %% ../nbs/03_model.ipynb #00f283ee
+# %% ../nbs/03_model.ipynb #7e21ab29
 class Generator(nn.Module):
     "Final linear projection and log-softmax: (batch, seq, d_model) -> (batch, seq, vocab) log-probabilities."
     def __init__(self,
@@ -59,7 +59,7 @@ class Generator(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x).log_softmax(dim=-1)
 
-# %% ../nbs/03_model.ipynb #ac029f09
+# %% ../nbs/03_model.ipynb #e7815372
 class EncoderLayer(nn.Module):
     "Self-attention then feed-forward, each in a residual connection."
     def __init__(self,
@@ -78,7 +78,7 @@ class EncoderLayer(nn.Module):
         x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))
         return self.sublayer[1](x, self.feed_forward)
 
-# %% ../nbs/03_model.ipynb #d253108a
+# %% ../nbs/03_model.ipynb #a95e5c58
 class Encoder(nn.Module):
     "A stack of `N` encoder layers followed by a LayerNorm (pre-norm) or nothing (post-norm)."
     def __init__(self,
@@ -94,12 +94,12 @@ class Encoder(nn.Module):
             x = layer(x, mask)
         return self.norm(x)
 
-# %% ../nbs/03_model.ipynb #10f2dde7
+# %% ../nbs/03_model.ipynb #0791dfa8
 def subsequent_mask(size: int) -> torch.Tensor:  # (1, size, size) bool, True = may attend
     "Causal mask: query position i may attend to key positions j <= i."
     return torch.tril(torch.ones(1, size, size, dtype=torch.bool))
 
-# %% ../nbs/03_model.ipynb #68e83b8d
+# %% ../nbs/03_model.ipynb #b5c94d63
 class DecoderLayer(nn.Module):
     "Masked self-attention, source attention over the encoder memory, then feed-forward."
     def __init__(self,
@@ -122,7 +122,7 @@ class DecoderLayer(nn.Module):
         x = self.sublayer[1](x, lambda y: self.src_attn(y, memory, memory, src_mask))  # keys: source
         return self.sublayer[2](x, self.feed_forward)
 
-# %% ../nbs/03_model.ipynb #620de84f
+# %% ../nbs/03_model.ipynb #47b39883
 class Decoder(nn.Module):
     "A stack of `N` decoder layers followed by a LayerNorm (pre-norm) or nothing (post-norm)."
     def __init__(self,
@@ -138,7 +138,7 @@ class Decoder(nn.Module):
             x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
 
-# %% ../nbs/03_model.ipynb #725a3349
+# %% ../nbs/03_model.ipynb #44815021
 PRESETS = {
     "small": dict(N=2, d_model=256, d_ff=1024, h=4, dropout=0.1),  # CPU-sized experiments
     "base": dict(N=6, d_model=512, d_ff=2048, h=8, dropout=0.1),  # Table 3, "base"
@@ -178,7 +178,7 @@ class ModelConfig:
 
     def to_json(self) -> str: return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
-# %% ../nbs/03_model.ipynb #e330895b
+# %% ../nbs/03_model.ipynb #a3a8e805
 def build_model(cfg: ModelConfig) -> EncoderDecoder:
     "Construct and initialise the Transformer described by `cfg`."
     if cfg.tie_embeddings and cfg.src_vocab != cfg.tgt_vocab:

@@ -8,7 +8,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/training.htm
 __all__ = ['default_device', 'set_seed', 'Batch', 'rate', 'make_optimizer', 'LabelSmoothing', 'fused_label_smoothing_loss',
            'SimpleLossCompute', 'TrainState', 'resolve_precision', 'autocast_context', 'run_epoch', 'greedy_decode']
 
-# %% ../nbs/04_training.ipynb #f7b446c8
+# %% ../nbs/04_training.ipynb #5377e44c
 import math
 import os
 import random
@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .model import subsequent_mask
 
-# %% ../nbs/04_training.ipynb #3b09a21b
+# %% ../nbs/04_training.ipynb #b397ef99
 def default_device(device: str | torch.device | None = None) -> torch.device:
     "`device` if given, else $ANNOTATED_TRANSFORMER_DEVICE, else cuda, mps or cpu, whichever exists first."
     device = device or os.environ.get("ANNOTATED_TRANSFORMER_DEVICE")
@@ -40,7 +40,7 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds all CUDA devices
 
-# %% ../nbs/04_training.ipynb #af47024b
+# %% ../nbs/04_training.ipynb #5dc0152b
 class Batch:
     "A batch of source and (optional) target ids with their masks, shifted for teacher forcing."
     def __init__(self,
@@ -68,7 +68,7 @@ class Batch:
                 setattr(self, name, value.to(device, non_blocking=True))
         return self
 
-# %% ../nbs/04_training.ipynb #8af852cd
+# %% ../nbs/04_training.ipynb #fcc85fc5
 def rate(step: int,  # optimizer steps taken so far (0 is treated as 1)
          model_size: int,  # d_model
          factor: float,  # overall scale (1.0 in the paper)
@@ -88,7 +88,7 @@ def make_optimizer(model: nn.Module,  # the model to train
     scheduler = LambdaLR(optimizer, lr_lambda=lambda step: rate(step, d_model, factor, warmup))
     return optimizer, scheduler
 
-# %% ../nbs/04_training.ipynb #51ed5430
+# %% ../nbs/04_training.ipynb #0987d8c2
 def _xlogx(v: float) -> float: return 0.0 if v == 0 else v * math.log(v)
 
 class LabelSmoothing(nn.Module):
@@ -151,7 +151,7 @@ class LabelSmoothing(nn.Module):
             loss = loss - e * others
         return (loss + constant).sum()
 
-# %% ../nbs/04_training.ipynb #11bc772b
+# %% ../nbs/04_training.ipynb #ad085603
 class _FusedProjectionLabelSmoothing(torch.autograd.Function):
     "Summed label-smoothed KL loss of softmax(x W^T + b), with gradients computed chunk by chunk in forward."
     @staticmethod
@@ -201,7 +201,7 @@ def fused_label_smoothing_loss(
     return _FusedProjectionLabelSmoothing.apply(x, proj.weight, proj.bias, target, criterion.confidence, e,
                                                 criterion.padding_idx, chunk_size)
 
-# %% ../nbs/04_training.ipynb #c45f85a7
+# %% ../nbs/04_training.ipynb #01382836
 class SimpleLossCompute:
     "Generator + criterion; returns (summed loss for logging, loss / norm for backward)."
     def __init__(self,
@@ -240,7 +240,7 @@ class TrainState:
 
     def to_dict(self) -> dict: return asdict(self)
 
-# %% ../nbs/04_training.ipynb #64b2c6b3
+# %% ../nbs/04_training.ipynb #765ad4d1
 def resolve_precision(device: torch.device, precision: str = "auto") -> str:
     "'fp32', 'bf16' or 'fp16' for `device`; 'auto' = bf16/fp16 on CUDA, fp32 elsewhere."
     if precision not in ("auto", "fp32", "bf16", "fp16"):
@@ -259,7 +259,7 @@ def autocast_context(device: torch.device, precision: str):
         return nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
-# %% ../nbs/04_training.ipynb #9ecbfd40
+# %% ../nbs/04_training.ipynb #3488656b
 def _optimizer_step(model, optimizer, scheduler, scaler, max_grad_norm, state):
     "One optimizer and scheduler step from the accumulated gradients."
     if scaler is not None:
@@ -337,7 +337,7 @@ def run_epoch(
     bar.close()
     return total_loss / max(total_tokens, 1), state
 
-# %% ../nbs/04_training.ipynb #591a6b5d
+# %% ../nbs/04_training.ipynb #5f323843
 @torch.no_grad()
 def greedy_decode(model: nn.Module,  # an `EncoderDecoder`
                   src: torch.Tensor,  # (batch, src_len) source ids
