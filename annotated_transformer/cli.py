@@ -7,16 +7,19 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/cli.html.md"
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #b09b7db4
+# %% ../nbs/90_cli.ipynb #1dd18245
 import argparse
 import sys
 
 from .copy_task import add_copy_task_arguments, copy_task_main
+from .train import add_train_arguments, train_main
 
-# %% ../nbs/90_cli.ipynb #c95c5f17
+# %% ../nbs/90_cli.ipynb #24f76401
 SUBCOMMANDS = {
     "copy-task": ("train a small model to copy random sequences (about a minute on a CPU)",
                   add_copy_task_arguments, copy_task_main),
+    "train": ("train a German-to-English model on Multi30k (one process, or many under torchrun)",
+              add_train_arguments, train_main),
 }
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,3 +35,6 @@ def main(argv: list[str] | None = None) -> int:
     "Entry point of the `annotated-transformer` console script."
     args = build_parser().parse_args(argv)
     return SUBCOMMANDS[args.command][2](args)
+
+if __name__ == "__main__" and "get_ipython" not in globals():  # `python -m annotated_transformer.cli` (torchrun)
+    sys.exit(main())

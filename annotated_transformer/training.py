@@ -8,7 +8,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/training.htm
 __all__ = ['default_device', 'set_seed', 'Batch', 'rate', 'make_optimizer', 'LabelSmoothing', 'fused_label_smoothing_loss',
            'SimpleLossCompute', 'TrainState', 'resolve_precision', 'autocast_context', 'run_epoch', 'greedy_decode']
 
-# %% ../nbs/04_training.ipynb #5377e44c
+# %% ../nbs/04_training.ipynb #c5fa1c39
 import math
 import os
 import random
@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .model import subsequent_mask
 
-# %% ../nbs/04_training.ipynb #b397ef99
+# %% ../nbs/04_training.ipynb #9fd8beb7
 def default_device(device: str | torch.device | None = None) -> torch.device:
     "`device` if given, else $ANNOTATED_TRANSFORMER_DEVICE, else cuda, mps or cpu, whichever exists first."
     device = device or os.environ.get("ANNOTATED_TRANSFORMER_DEVICE")
@@ -40,7 +40,7 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds all CUDA devices
 
-# %% ../nbs/04_training.ipynb #5dc0152b
+# %% ../nbs/04_training.ipynb #050062d2
 class Batch:
     "A batch of source and (optional) target ids with their masks, shifted for teacher forcing."
     def __init__(self,
@@ -68,7 +68,7 @@ class Batch:
                 setattr(self, name, value.to(device, non_blocking=True))
         return self
 
-# %% ../nbs/04_training.ipynb #fcc85fc5
+# %% ../nbs/04_training.ipynb #554daa67
 def rate(step: int,  # optimizer steps taken so far (0 is treated as 1)
          model_size: int,  # d_model
          factor: float,  # overall scale (1.0 in the paper)
@@ -88,7 +88,7 @@ def make_optimizer(model: nn.Module,  # the model to train
     scheduler = LambdaLR(optimizer, lr_lambda=lambda step: rate(step, d_model, factor, warmup))
     return optimizer, scheduler
 
-# %% ../nbs/04_training.ipynb #0987d8c2
+# %% ../nbs/04_training.ipynb #b49f87f3
 def _xlogx(v: float) -> float: return 0.0 if v == 0 else v * math.log(v)
 
 class LabelSmoothing(nn.Module):
@@ -151,7 +151,7 @@ class LabelSmoothing(nn.Module):
             loss = loss - e * others
         return (loss + constant).sum()
 
-# %% ../nbs/04_training.ipynb #ad085603
+# %% ../nbs/04_training.ipynb #bcff18f1
 class _FusedProjectionLabelSmoothing(torch.autograd.Function):
     "Summed label-smoothed KL loss of softmax(x W^T + b), with gradients computed chunk by chunk in forward."
     @staticmethod
@@ -201,7 +201,7 @@ def fused_label_smoothing_loss(
     return _FusedProjectionLabelSmoothing.apply(x, proj.weight, proj.bias, target, criterion.confidence, e,
                                                 criterion.padding_idx, chunk_size)
 
-# %% ../nbs/04_training.ipynb #01382836
+# %% ../nbs/04_training.ipynb #5fc6db26
 class SimpleLossCompute:
     "Generator + criterion; returns (summed loss for logging, loss / norm for backward)."
     def __init__(self,
@@ -240,7 +240,7 @@ class TrainState:
 
     def to_dict(self) -> dict: return asdict(self)
 
-# %% ../nbs/04_training.ipynb #765ad4d1
+# %% ../nbs/04_training.ipynb #dc5b6a8f
 def resolve_precision(device: torch.device, precision: str = "auto") -> str:
     "'fp32', 'bf16' or 'fp16' for `device`; 'auto' = bf16/fp16 on CUDA, fp32 elsewhere."
     if precision not in ("auto", "fp32", "bf16", "fp16"):
@@ -259,7 +259,7 @@ def autocast_context(device: torch.device, precision: str):
         return nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
-# %% ../nbs/04_training.ipynb #3488656b
+# %% ../nbs/04_training.ipynb #4fc11a6b
 def _optimizer_step(model, optimizer, scheduler, scaler, max_grad_norm, state):
     "One optimizer and scheduler step from the accumulated gradients."
     if scaler is not None:
@@ -292,6 +292,7 @@ def run_epoch(
     progress: bool = True,  # show a tqdm progress bar
     desc: str | None = None,  # progress bar label
     total: int | None = None,  # number of batches, for the progress bar
+    loss_norm=None,  # batch -> normaliser of its loss (default: its ntokens); DDP passes the global count / world size
 ) -> tuple[float, TrainState]:  # (mean loss per target token, counters)
     "Train or evaluate for one pass over `data_iter`."
     if mode not in ("train", "eval"):
@@ -315,7 +316,8 @@ def run_epoch(
             batch = batch.to(device)
             with autocast_context(device, precision):
                 out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-                loss, loss_node = loss_compute(out, batch.tgt_y, max(batch.ntokens, 1))
+                norm = loss_norm(batch) if loss_norm is not None else batch.ntokens
+                loss, loss_node = loss_compute(out, batch.tgt_y, max(norm, 1))
             if training:
                 (scaler.scale(loss_node) if scaler is not None else loss_node).backward()
                 state.accum_step += 1
@@ -337,7 +339,7 @@ def run_epoch(
     bar.close()
     return total_loss / max(total_tokens, 1), state
 
-# %% ../nbs/04_training.ipynb #5f323843
+# %% ../nbs/04_training.ipynb #6d141d68
 @torch.no_grad()
 def greedy_decode(model: nn.Module,  # an `EncoderDecoder`
                   src: torch.Tensor,  # (batch, src_len) source ids
