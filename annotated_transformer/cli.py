@@ -7,19 +7,25 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/cli.html.md"
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'build_parser', 'main']
 
-# %% ../nbs/90_cli.ipynb #1dd18245
+# %% ../nbs/90_cli.ipynb #9781da13
 import argparse
 import sys
 
 from .copy_task import add_copy_task_arguments, copy_task_main
+from .decoding import (add_average_arguments, add_evaluate_arguments, add_translate_arguments,
+                                            average_main, evaluate_main, translate_main)
 from .train import add_train_arguments, train_main
 
-# %% ../nbs/90_cli.ipynb #24f76401
+# %% ../nbs/90_cli.ipynb #059798c9
 SUBCOMMANDS = {
     "copy-task": ("train a small model to copy random sequences (about a minute on a CPU)",
                   add_copy_task_arguments, copy_task_main),
     "train": ("train a German-to-English model on Multi30k (one process, or many under torchrun)",
               add_train_arguments, train_main),
+    "translate": ("translate German sentences (arguments or stdin) with a checkpoint",
+                  add_translate_arguments, translate_main),
+    "evaluate": ("sacreBLEU of a checkpoint on Multi30k val or test2016", add_evaluate_arguments, evaluate_main),
+    "average": ("average the weights of several checkpoints (section 6.1)", add_average_arguments, average_main),
 }
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,9 +6,11 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 
 # %% auto #0
 __all__ = ['init_cache', 'decode_step', 'reorder_cache', 'greedy_decode_cached', 'length_penalty', 'beam_search',
-           'sequence_score', 'Translator', 'translate', 'bleu', 'evaluate', 'last_checkpoints', 'average_checkpoints']
+           'sequence_score', 'Translator', 'translate', 'bleu', 'evaluate', 'last_checkpoints', 'average_checkpoints',
+           'add_translate_arguments', 'translate_main', 'add_evaluate_arguments', 'evaluate_main',
+           'add_average_arguments', 'average_main']
 
-# %% ../nbs/10_decoding.ipynb #34f2609a
+# %% ../nbs/10_decoding.ipynb #c2f115a3
 import argparse
 import json
 import sys
@@ -22,7 +24,7 @@ from .data import BOS, EOS, PAD, Tokenizer, Vocab, detokenize, load_multi30k
 from .model import EncoderDecoder, ModelConfig, build_model, subsequent_mask
 from .training import default_device, greedy_decode
 
-# %% ../nbs/10_decoding.ipynb #efa37040
+# %% ../nbs/10_decoding.ipynb #aa2d523d
 def init_cache(model: EncoderDecoder, memory: torch.Tensor) -> list[dict]:
     "One cache per decoder layer: source keys/values projected once from `memory` (batch, src_len, d_model)."
     cache = []
@@ -66,7 +68,7 @@ def reorder_cache(cache: list[dict], index: torch.Tensor) -> None:
             if value is not None:
                 c[key] = value.index_select(0, index)
 
-# %% ../nbs/10_decoding.ipynb #2a5bbff8
+# %% ../nbs/10_decoding.ipynb #0320fa8e
 @torch.no_grad()
 def greedy_decode_cached(model: EncoderDecoder,
                          src: torch.Tensor,  # (batch, src_len)
@@ -91,7 +93,7 @@ def greedy_decode_cached(model: EncoderDecoder,
             break
     return ys
 
-# %% ../nbs/10_decoding.ipynb #2ea42543
+# %% ../nbs/10_decoding.ipynb #514d1001
 def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
     "Wu et al. (2016): ((5 + |Y|) / 6) ** alpha."
     return ((5.0 + length.float()) / 6.0) ** alpha
@@ -147,7 +149,7 @@ def beam_search(model: EncoderDecoder,
         outputs.append(seq[: seq.index(end_symbol)] if end_symbol in seq else seq)
     return outputs, final.gather(1, best.unsqueeze(1)).squeeze(1)
 
-# %% ../nbs/10_decoding.ipynb #051e9bc3
+# %% ../nbs/10_decoding.ipynb #5546a5bd
 @torch.no_grad()
 def sequence_score(model: EncoderDecoder, src, src_mask, output: list[int], alpha: float = 0.6,
                    start_symbol: int = BOS, end_symbol: int = EOS) -> float:
@@ -157,7 +159,7 @@ def sequence_score(model: EncoderDecoder, src, src_mask, output: list[int], alph
     total = logp[0].gather(1, tgt[0, 1:].unsqueeze(1)).sum()
     return float(total / length_penalty(torch.tensor(len(output) + 1), alpha))
 
-# %% ../nbs/10_decoding.ipynb #fc4ad41b
+# %% ../nbs/10_decoding.ipynb #6b9e347a
 class Translator:
     "Model + vocabularies + tokenizers; translates raw source sentences to detokenized target text."
     def __init__(self, model: EncoderDecoder, src_vocab: Vocab, tgt_vocab: Vocab,
@@ -216,7 +218,7 @@ def translate(model: EncoderDecoder, sentences: list[str], src_vocab: Vocab, tgt
     "Translate raw sentences with `model`; keyword arguments go to `Translator.translate`."
     return Translator(model, src_vocab, tgt_vocab, src_lang, tgt_lang).translate(sentences, **kwargs)
 
-# %% ../nbs/10_decoding.ipynb #135bfe5c
+# %% ../nbs/10_decoding.ipynb #9ae254e2
 def bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
     "Corpus BLEU of detokenized, cased hypotheses against one reference each: (score, sacreBLEU signature)."
     from sacrebleu.metrics import BLEU
@@ -239,7 +241,7 @@ def evaluate(path: str | Path,  # checkpoint folder
     return {"bleu": score, "signature": signature, "split": split, "sentences": len(pairs), "beam_size": beam_size,
             "examples": [{"source": de, "reference": en, "hypothesis": h} for (de, en), h in list(zip(pairs, hyps))[:5]]}
 
-# %% ../nbs/10_decoding.ipynb #216f339f
+# %% ../nbs/10_decoding.ipynb #b98bfabd
 def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
     "The last `k` epoch_NNN folders of a training run."
     found = sorted(Path(run_dir).glob("epoch_[0-9][0-9][0-9]"))
@@ -269,3 +271,52 @@ def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one co
         if (Path(paths[-1]) / vocab).exists():
             (out / vocab).write_text((Path(paths[-1]) / vocab).read_text())
     return out
+
+# %% ../nbs/10_decoding.ipynb #fb9b3bbc
+def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sentences", nargs="*", help="German sentences (default: one per line from stdin)")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint folder (model.safetensors, config.json, vocabularies)")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam size; 1 = greedy (default: 4)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
+    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+
+def translate_main(args: argparse.Namespace) -> int:
+    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not sentences:
+        print("nothing to translate: give sentences as arguments or on stdin", file=sys.stderr)
+        return 2
+    translator = Translator.from_checkpoint(args.checkpoint, args.device)
+    for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha):
+        print(line)
+    return 0
+
+def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint folder")
+    parser.add_argument("--split", default="test", choices=["val", "test", "test2016"], help="(default: test = test2016)")
+    parser.add_argument("--data-dir", default=None, help="Multi30k files on disk (default: download to the cache)")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam size; 1 = greedy (default: 4)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
+    parser.add_argument("--device", default=None, help="cuda, mps or cpu")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+def evaluate_main(args: argparse.Namespace) -> int:
+    res = evaluate(args.checkpoint, args.split, args.data_dir, args.beam_size, args.alpha, args.limit, args.device)
+    if args.json:
+        print(json.dumps(res, indent=2, ensure_ascii=False))
+    else:
+        print(f"BLEU = {res['bleu']:.2f} on {res['split']} ({res['sentences']} sentences, beam {res['beam_size']})")
+        print(f"sacreBLEU signature: {res['signature']}")
+    return 0
+
+def add_average_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="folder for the averaged checkpoint")
+    parser.add_argument("--inputs", nargs="*", default=[], help="checkpoint folders to average")
+    parser.add_argument("--run-dir", default=None, help="a training run folder: average its last --last epochs")
+    parser.add_argument("--last", type=int, default=5, help="how many epoch checkpoints of --run-dir (default: 5)")
+
+def average_main(args: argparse.Namespace) -> int:
+    paths = list(args.inputs) + (last_checkpoints(args.run_dir, args.last) if args.run_dir else [])
+    out = average_checkpoints(paths, args.out)
+    print(f"averaged {len(paths)} checkpoints into {out}")
+    return 0

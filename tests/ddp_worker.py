@@ -1,0 +1,60 @@
+"""Run by tests/test_distributed.py: `torchrun --nproc_per_node=2 tests/ddp_worker.py OUT_DIR STEPS`
+(or with WORLD_SIZE unset for the single-process reference). Trains a tiny model for a few steps on
+fixed synthetic batches and writes its final parameters to OUT_DIR/rank{RANK}.safetensors."""
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch.nn.parallel import DistributedDataParallel
+
+from annotated_transformer.data import collate
+from annotated_transformer.model import ModelConfig, build_model
+from annotated_transformer.train import global_token_norm, setup_distributed
+from annotated_transformer.training import LabelSmoothing, SimpleLossCompute, make_optimizer, run_epoch, set_seed
+
+V, WORLD = 23, 2
+
+
+def global_batches(steps):
+    "For each step, WORLD micro-batches of id pairs with different lengths (so padding differs)."
+    g = torch.Generator().manual_seed(7)
+    out = []
+    for _ in range(steps):
+        micro = []
+        for _ in range(WORLD):
+            pairs = []
+            for _ in range(int(torch.randint(3, 7, (1,), generator=g))):
+                ls, lt = (int(x) for x in torch.randint(3, 12, (2,), generator=g))
+                pairs.append(([0] + torch.randint(4, V, (ls,), generator=g).tolist() + [1],
+                              [0] + torch.randint(4, V, (lt,), generator=g).tolist() + [1]))
+            micro.append(pairs)
+        out.append(micro)
+    return out
+
+
+def main(out_dir, steps):
+    info = setup_distributed("cpu")
+    torch.set_num_threads(1)
+    set_seed(0)
+    model = build_model(ModelConfig(V, V, N=2, d_model=32, d_ff=64, h=4, dropout=0.0))
+    optimizer, scheduler = make_optimizer(model, 32, factor=1.0, warmup=4)
+    loss_compute = SimpleLossCompute(model.generator, LabelSmoothing(V, 2, 0.1))
+    data = global_batches(steps)
+    if info.world_size > 1:  # each rank: its own micro-batch of every global batch
+        assert info.world_size == WORLD
+        ddp = DistributedDataParallel(model)
+        my_batches = [collate(micro[info.rank]) for micro in data]
+        run_epoch(my_batches, ddp, loss_compute, optimizer, scheduler, progress=False,
+                  loss_norm=global_token_norm(info))
+    else:  # reference: one process, the whole global batch at once
+        whole = [collate(micro[0] + micro[1]) for micro in data]
+        run_epoch(whole, model, loss_compute, optimizer, scheduler, progress=False)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items() if not k.endswith(".pe")},
+              str(Path(out_dir) / f"rank{info.rank}{'' if info.world_size > 1 else '_single'}.safetensors"))
+    if info.world_size > 1:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
