@@ -7,7 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/copy_task.ht
 # %% auto #0
 __all__ = ['copy_batches', 'CopyTaskConfig', 'copy_model', 'train_copy_task', 'add_copy_task_arguments', 'copy_task_main']
 
-# %% ../nbs/06_copy_task.ipynb #028addc6
+# %% ../nbs/06_copy_task.ipynb #c1581594
 import argparse
 import time
 from dataclasses import asdict, dataclass
@@ -20,20 +20,20 @@ from .model import EncoderDecoder, ModelConfig, build_model
 from .training import (Batch, LabelSmoothing, SimpleLossCompute, TrainState, default_device,
                                             greedy_decode, make_optimizer, run_epoch, set_seed)
 
-# %% ../nbs/06_copy_task.ipynb #d3f4fd3e
+# %% ../nbs/06_copy_task.ipynb #9d48470e
 def copy_batches(vocab: int,  # symbols 0..vocab-1; 0 = padding, 1 = start
                  batch_size: int,  # sequences per batch
                  nbatches: int,  # batches to yield
                  seq_len: int = 10,  # length of every sequence, start symbol included
                  generator: torch.Generator | None = None,  # source of randomness
                  ):
-    "Yield `nbatches` `Batch`es whose target equals their source."
+    "Yield `nbatches` batches (`Batch` objects) whose target equals their source."
     for _ in range(nbatches):
         data = torch.randint(2, vocab, (batch_size, seq_len), generator=generator)
         data[:, 0] = 1  # start symbol
         yield Batch(data, data.clone(), pad=0)
 
-# %% ../nbs/06_copy_task.ipynb #9dc4c0be
+# %% ../nbs/06_copy_task.ipynb #40122669
 @dataclass
 class CopyTaskConfig:
     "Settings of a copy-task run."
@@ -97,7 +97,7 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
                             extra={"epoch": epoch, "copy_task": asdict(cfg)})
     return model.eval(), history
 
-# %% ../nbs/06_copy_task.ipynb #8ce4d592
+# %% ../nbs/06_copy_task.ipynb #4555b9bf
 def add_copy_task_arguments(parser: argparse.ArgumentParser) -> None:
     "Options of `annotated-transformer copy-task`, one per `CopyTaskConfig` field plus paths."
     defaults = CopyTaskConfig()

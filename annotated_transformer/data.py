@@ -9,7 +9,7 @@ __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'SPLITS', 'SPECIALS', 'BOS', 'EOS'
            'DataError', 'download', 'multi30k_file', 'read_lines', 'load_multi30k', 'Tokenizer', 'detokenize', 'Vocab',
            'encode_pair', 'TranslationData', 'TokenBucketSampler', 'collate', 'batches', 'padding_fraction']
 
-# %% ../nbs/08_data.ipynb #74364f06
+# %% ../nbs/08_data.ipynb #90133ba4
 import gzip
 import hashlib
 import json
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from .training import Batch
 
-# %% ../nbs/08_data.ipynb #05268389
+# %% ../nbs/08_data.ipynb #c643310b
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
 MULTI30K_SHA256 = {
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
@@ -52,7 +52,7 @@ def sha256_of(path: Path) -> str:
             h.update(block)
     return h.hexdigest()
 
-# %% ../nbs/08_data.ipynb #056c5ffb
+# %% ../nbs/08_data.ipynb #39242348
 class DataError(RuntimeError):
     "A data file is missing, corrupt or cannot be downloaded; the message says what to do."
 
@@ -117,7 +117,7 @@ def multi30k_file(name: str,  # e.g. 'val.en.gz'
                         "was removed, run again to download it anew. " + _manual_instructions(name, folder))
     return download(name, folder, progress)
 
-# %% ../nbs/08_data.ipynb #1355934a
+# %% ../nbs/08_data.ipynb #73c92299
 def read_lines(path: Path) -> list[str]:
     "Lines of a (possibly gzip-compressed) UTF-8 text file, without line ends."
     try:
@@ -141,7 +141,7 @@ def load_multi30k(split: str,  # 'train', 'val' or 'test' (= 'test2016')
         raise DataError(f"{de_path} has {len(de)} lines but {en_path} has {len(en)}; they must be aligned")
     return list(zip(de, en))
 
-# %% ../nbs/08_data.ipynb #2de7fab5
+# %% ../nbs/08_data.ipynb #8a6d583f
 class Tokenizer:
     "Rule-based spaCy tokenizer for one language (`spacy.blank`): nothing to download."
     def __init__(self, lang: str):  # 'de' or 'en' (any language spaCy knows)
@@ -174,7 +174,7 @@ def detokenize(tokens: list[str]) -> str:
         glue_next = tok in _ATTACH_RIGHT
     return out
 
-# %% ../nbs/08_data.ipynb #b4ee63fb
+# %% ../nbs/08_data.ipynb #ad89583d
 SPECIALS = ("<s>", "</s>", "<blank>", "<unk>")
 BOS, EOS, PAD, UNK = 0, 1, 2, 3
 
@@ -237,7 +237,7 @@ class Vocab:
         except json.JSONDecodeError as e:
             raise ValueError(f"vocabulary file {path} is not valid JSON ({e})") from None
 
-# %% ../nbs/08_data.ipynb #1810cf16
+# %% ../nbs/08_data.ipynb #1d363092
 def encode_pair(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab) -> tuple[list[int], list[int]]:
     "Ids of one pair, each side wrapped in <s> ... </s>."
     return [BOS] + src_vocab.encode(src_tokens) + [EOS], [BOS] + tgt_vocab.encode(tgt_tokens) + [EOS]
@@ -281,7 +281,7 @@ class TranslationData:
             pairs = kept
         return pairs
 
-# %% ../nbs/08_data.ipynb #5cdb78be
+# %% ../nbs/08_data.ipynb #f84f3b64
 class TokenBucketSampler:
     "Batches of similar-length pairs, each under `max_tokens` padded tokens; shuffled per epoch; shardable."
     def __init__(self,
@@ -352,7 +352,7 @@ def collate(pairs: list[tuple[list[int], list[int]]], pad: int = PAD) -> Batch:
     return Batch(src, tgt, pad=pad)
 
 def batches(pairs: list[tuple[list[int], list[int]]], sampler: TokenBucketSampler):
-    "Yield the `Batch`es of one epoch."
+    "Yield the batches (`Batch` objects) of one epoch."
     for idx in sampler:
         yield collate([pairs[i] for i in idx])
 

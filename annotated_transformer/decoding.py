@@ -10,7 +10,7 @@ __all__ = ['init_cache', 'decode_step', 'reorder_cache', 'greedy_decode_cached',
            'add_translate_arguments', 'translate_main', 'add_evaluate_arguments', 'evaluate_main',
            'add_average_arguments', 'average_main']
 
-# %% ../nbs/10_decoding.ipynb #c2f115a3
+# %% ../nbs/10_decoding.ipynb #1bd577e0
 import argparse
 import json
 import sys
@@ -24,7 +24,7 @@ from .data import BOS, EOS, PAD, Tokenizer, Vocab, detokenize, load_multi30k
 from .model import EncoderDecoder, ModelConfig, build_model, subsequent_mask
 from .training import default_device, greedy_decode
 
-# %% ../nbs/10_decoding.ipynb #aa2d523d
+# %% ../nbs/10_decoding.ipynb #3f1eed19
 def init_cache(model: EncoderDecoder, memory: torch.Tensor) -> list[dict]:
     "One cache per decoder layer: source keys/values projected once from `memory` (batch, src_len, d_model)."
     cache = []
@@ -68,7 +68,7 @@ def reorder_cache(cache: list[dict], index: torch.Tensor) -> None:
             if value is not None:
                 c[key] = value.index_select(0, index)
 
-# %% ../nbs/10_decoding.ipynb #0320fa8e
+# %% ../nbs/10_decoding.ipynb #bb709a27
 @torch.no_grad()
 def greedy_decode_cached(model: EncoderDecoder,
                          src: torch.Tensor,  # (batch, src_len)
@@ -93,9 +93,9 @@ def greedy_decode_cached(model: EncoderDecoder,
             break
     return ys
 
-# %% ../nbs/10_decoding.ipynb #514d1001
+# %% ../nbs/10_decoding.ipynb #44a27cac
 def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
-    "Wu et al. (2016): ((5 + |Y|) / 6) ** alpha."
+    "Wu et al. (2016): ((5 + length) / 6) ** alpha, length = output tokens including </s>."
     return ((5.0 + length.float()) / 6.0) ** alpha
 
 @torch.no_grad()
@@ -149,7 +149,7 @@ def beam_search(model: EncoderDecoder,
         outputs.append(seq[: seq.index(end_symbol)] if end_symbol in seq else seq)
     return outputs, final.gather(1, best.unsqueeze(1)).squeeze(1)
 
-# %% ../nbs/10_decoding.ipynb #5546a5bd
+# %% ../nbs/10_decoding.ipynb #20899772
 @torch.no_grad()
 def sequence_score(model: EncoderDecoder, src, src_mask, output: list[int], alpha: float = 0.6,
                    start_symbol: int = BOS, end_symbol: int = EOS) -> float:
@@ -159,7 +159,7 @@ def sequence_score(model: EncoderDecoder, src, src_mask, output: list[int], alph
     total = logp[0].gather(1, tgt[0, 1:].unsqueeze(1)).sum()
     return float(total / length_penalty(torch.tensor(len(output) + 1), alpha))
 
-# %% ../nbs/10_decoding.ipynb #6b9e347a
+# %% ../nbs/10_decoding.ipynb #e75ec774
 class Translator:
     "Model + vocabularies + tokenizers; translates raw source sentences to detokenized target text."
     def __init__(self, model: EncoderDecoder, src_vocab: Vocab, tgt_vocab: Vocab,
@@ -218,7 +218,7 @@ def translate(model: EncoderDecoder, sentences: list[str], src_vocab: Vocab, tgt
     "Translate raw sentences with `model`; keyword arguments go to `Translator.translate`."
     return Translator(model, src_vocab, tgt_vocab, src_lang, tgt_lang).translate(sentences, **kwargs)
 
-# %% ../nbs/10_decoding.ipynb #9ae254e2
+# %% ../nbs/10_decoding.ipynb #089211d7
 def bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
     "Corpus BLEU of detokenized, cased hypotheses against one reference each: (score, sacreBLEU signature)."
     from sacrebleu.metrics import BLEU
@@ -241,7 +241,7 @@ def evaluate(path: str | Path,  # checkpoint folder
     return {"bleu": score, "signature": signature, "split": split, "sentences": len(pairs), "beam_size": beam_size,
             "examples": [{"source": de, "reference": en, "hypothesis": h} for (de, en), h in list(zip(pairs, hyps))[:5]]}
 
-# %% ../nbs/10_decoding.ipynb #b98bfabd
+# %% ../nbs/10_decoding.ipynb #af04ed3a
 def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
     "The last `k` epoch_NNN folders of a training run."
     found = sorted(Path(run_dir).glob("epoch_[0-9][0-9][0-9]"))
@@ -272,7 +272,7 @@ def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one co
             (out / vocab).write_text((Path(paths[-1]) / vocab).read_text())
     return out
 
-# %% ../nbs/10_decoding.ipynb #fb9b3bbc
+# %% ../nbs/10_decoding.ipynb #df2fdcbe
 def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentences", nargs="*", help="German sentences (default: one per line from stdin)")
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder (model.safetensors, config.json, vocabularies)")

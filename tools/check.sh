@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The project's one test command: the README, CI and every contributor run exactly this.
 # Fails when (a) nbdev-clean would change a notebook, (b) nbdev-export would change or add a
-# file in the package, (c) a notebook fails under nbdev-test, (d) a pytest test fails.
+# file in the package, (c) a notebook fails under nbdev-test, (d) the documentation site does not build without warnings,
+# (e) a pytest test fails (the site's browser test included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== 1/4 notebooks are clean (nbdev-clean)"
+echo "== 1/5 notebooks are clean (nbdev-clean)"
 before=$(git status --porcelain -- annotated_transformer nbs)
 nbdev-clean
-echo "== 2/4 package is in sync with the notebooks (nbdev-export)"
+echo "== 2/5 package is in sync with the notebooks (nbdev-export)"
 nbdev-export
 after=$(git status --porcelain -- annotated_transformer nbs)
 if [ "$before" != "$after" ]; then
@@ -18,8 +19,11 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 
-echo "== 3/4 notebooks run (nbdev-test; cells flagged slow/gpu are skipped)"
+echo "== 3/5 notebooks run (nbdev-test; cells flagged slow/gpu are skipped)"
 nbdev-test --n-workers "${NBDEV_TEST_WORKERS:-2}" --timing
 
-echo "== 4/4 pytest"
+echo "== 4/5 documentation site (python tools/build_docs.py -> site/)"
+python tools/build_docs.py
+
+echo "== 5/5 pytest (the docs site's browser test needs /usr/bin/chromium)"
 python -m pytest -q tests

@@ -1,0 +1,114 @@
+"""Build the documentation site into site/ (or --out): no network needed, nothing executed.
+
+1. copies docs/conf.py, docs/api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
+   directives into what Sphinx understands: `#| hide` cells are dropped, directive comments are
+   removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
+2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and MathJax 3 (from the npm
+   package, fetched with `npm pack` into build/ once) into _static, so pages load nothing from
+   elsewhere;
+3. runs sphinx-build with -W: a warning (broken reference, missing page, bad markup) fails the build.
+"""
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+MATHJAX_VERSION = "3.2.2"
+DIRECTIVE = re.compile(r"^\s*#\|.*$")
+
+
+def repo_url() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"].rstrip("/")
+
+
+def colab_url(name: str) -> str:
+    return repo_url().replace("https://github.com/", "https://colab.research.google.com/github/") + f"/blob/main/nbs/{name}"
+
+
+def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
+    nb = json.loads(src.read_text())
+    cells = []
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            lines = text.splitlines()
+            directives = [l.strip() for l in lines if DIRECTIVE.match(l)]
+            if any(d.replace(" ", "") in ("#|hide", "#|exporti", "#|hide_input") for d in directives):
+                continue
+            code = "\n".join(l for l in lines if not DIRECTIVE.match(l)).strip("\n")
+            if not code:
+                continue
+            cell = {**cell, "source": code}
+        cells.append(cell)
+    title = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
+    link = {"cell_type": "markdown", "metadata": {}, "id": "colab-link",
+            "source": f"[Open this notebook in Colab]({colab_url(src.name)}) (runs on a free GPU; the first cell installs the package)."}
+    cells.insert(title + 1, link)
+    if toctree is not None:
+        cells.append({"cell_type": "markdown", "metadata": {}, "id": "site-toctree",
+                      "source": "```{toctree}\n:hidden:\n:maxdepth: 1\n\n" + "\n".join(toctree) + "\n```"})
+    nb["cells"] = cells
+    dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+
+
+def mathjax(static: Path) -> None:
+    cache = BUILD / f"mathjax-{MATHJAX_VERSION}.tgz"
+    if not cache.exists():
+        BUILD.mkdir(exist_ok=True)
+        out = subprocess.run(["npm", "pack", f"mathjax@{MATHJAX_VERSION}", "--silent", "--pack-destination", str(BUILD)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"could not fetch MathJax with npm: {out.stderr.strip()}")
+        (BUILD / out.stdout.strip().splitlines()[-1]).rename(cache)
+    with tarfile.open(cache) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("package/es5/")]
+        tar.extractall(BUILD / "mathjax-extract", members=members, filter="data")
+    shutil.copytree(BUILD / "mathjax-extract" / "package" / "es5", static / "mathjax", dirs_exist_ok=True)
+
+
+def vega(static: Path) -> None:
+    import altair as alt
+    import vl_convert as vlc
+    bundle = vlc.javascript_bundle("window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;")
+    # a function scope keeps the bundle's top-level names (such as `_`) from clashing with Sphinx's globals
+    (static / "vega-bundle.js").write_text("(function () {\n" + bundle + "\n})();\n")
+    # Altair's chart HTML loads Vega from a CDN unless VEGA_DEBUG already lists the versions it wants.
+    versions = {"vega_version": alt.VEGA_VERSION, "vegalite_version": alt.VEGALITE_VERSION,
+                "vegaembed_version": alt.VEGAEMBED_VERSION}
+    (static / "vega-setup.js").write_text(f"window.VEGA_DEBUG = {json.dumps(versions)};\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(ROOT / "site"), help="output folder (default: site/)")
+    args = ap.parse_args()
+    src = BUILD / "docs_src"
+    shutil.rmtree(src, ignore_errors=True)
+    (src / "_static").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "conf.py", src / "conf.py")
+    shutil.copy(ROOT / "docs" / "api.md", src / "api.md")
+    notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
+    toctree = [p.stem for p in notebooks] + ["api"]
+    prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", toctree)
+    for nb in notebooks:
+        prepare_notebook(nb, src / nb.name, None)
+    vega(src / "_static")
+    mathjax(src / "_static")
+    out = Path(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)]
+    res = subprocess.run(cmd)
+    if res.returncode != 0:
+        sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
+    print(f"site built in {out}")
+
+
+if __name__ == "__main__":
+    main()
