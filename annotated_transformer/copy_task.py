@@ -17,8 +17,8 @@ import torch
 
 from .checkpoint import save_checkpoint
 from .model import EncoderDecoder, ModelConfig, build_model
-from .training import (Batch, LabelSmoothing, SimpleLossCompute, TrainState, default_device,
-                                            greedy_decode, make_optimizer, run_epoch, set_seed)
+from .training import (Batch, LabelSmoothing, SimpleLossCompute, TrainState, dataclass_arguments,
+                                            default_device, greedy_decode, make_optimizer, run_epoch, set_seed)
 
 # %% ../nbs/06_copy_task.ipynb #9d48470e
 def copy_batches(vocab: int,  # symbols 0..vocab-1; 0 = padding, 1 = start
@@ -100,10 +100,7 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
 # %% ../nbs/06_copy_task.ipynb #4555b9bf
 def add_copy_task_arguments(parser: argparse.ArgumentParser) -> None:
     "Options of `annotated-transformer copy-task`, one per `CopyTaskConfig` field plus paths."
-    defaults = CopyTaskConfig()
-    for name, value in asdict(defaults).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value,
-                            help=f"(default: {value})")
+    dataclass_arguments(parser, CopyTaskConfig)
     parser.add_argument("--out", default="runs/copy-task", help="checkpoint folder (default: runs/copy-task)")
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     parser.add_argument("--examples", type=int, default=3, help="random examples to decode at the end")

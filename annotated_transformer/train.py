@@ -23,8 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 from .checkpoint import load_checkpoint, read_config, save_checkpoint, save_model
 from .data import PAD, TokenBucketSampler, TranslationData, Vocab, batches
 from .model import PRESETS, ModelConfig, build_model
-from .training import (LabelSmoothing, SimpleLossCompute, TrainState, default_device,
-                                            make_optimizer, run_epoch, set_seed)
+from .training import (LabelSmoothing, SimpleLossCompute, TrainState, dataclass_arguments,
+                                            default_device, make_optimizer, run_epoch, set_seed)
 
 # %% ../nbs/09_train.ipynb #8b3d0932
 @dataclass
@@ -186,22 +186,9 @@ def train(cfg: TrainConfig,  # the run's settings
     return history
 
 # %% ../nbs/09_train.ipynb #2129bdca
-def _arg_type(f):
-    "argparse type for a TrainConfig field (bool fields take true/false)."
-    t = f.type if isinstance(f.type, type) else str(f.type)
-    if t in (bool, "bool"):
-        return lambda s: s.lower() in ("1", "true", "yes")
-    if "int" in str(t):
-        return lambda s: None if s.lower() == "none" else int(s)
-    if "float" in str(t):
-        return lambda s: None if s.lower() == "none" else float(s)
-    return lambda s: None if s.lower() == "none" else s
-
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     "Options of `annotated-transformer train`: one per TrainConfig field."
-    for f in fields(TrainConfig):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=_arg_type(f), default=f.default,
-                            help=f"(default: {f.default})")
+    dataclass_arguments(parser, TrainConfig)
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
 
 def train_main(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/training.htm
 
 # %% auto #0
 __all__ = ['default_device', 'set_seed', 'Batch', 'rate', 'make_optimizer', 'LabelSmoothing', 'fused_label_smoothing_loss',
-           'SimpleLossCompute', 'TrainState', 'resolve_precision', 'autocast_context', 'run_epoch', 'greedy_decode']
+           'SimpleLossCompute', 'TrainState', 'resolve_precision', 'autocast_context', 'run_epoch', 'greedy_decode',
+           'field_comments', 'dataclass_arguments']
 
 # %% ../nbs/04_training.ipynb #c5fa1c39
 import math
@@ -14,7 +15,10 @@ import os
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+import argparse
+import inspect
+import re
+from dataclasses import MISSING, asdict, dataclass, fields
 
 import torch
 from torch import nn
@@ -362,3 +366,37 @@ def greedy_decode(model: nn.Module,  # an `EncoderDecoder`
         if end_symbol is not None and bool(finished.all()):
             break
     return ys
+
+# %% ../nbs/04_training.ipynb #ec8420d7
+_FIELD_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")
+
+def field_comments(cls: type) -> dict[str, str]:
+    "The `# comment` written beside each field of dataclass `cls` ({} if its source is not available)."
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # e.g. a class typed into an interactive prompt
+        return {}
+    return {m[1]: m[2].strip() for m in map(_FIELD_COMMENT.match, source.splitlines()) if m}
+
+def _parse_option(annotation) -> callable:
+    "Parser of one option's text, from the field's annotation (`None` accepted for optional fields)."
+    kind = str(annotation)
+    def parse(text: str):
+        if text.lower() == "none" and "None" in kind:
+            return None
+        if "bool" in kind:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+            return text.lower() in ("true", "1", "yes")
+        return int(text) if "int" in kind else float(text) if "float" in kind else text
+    return parse
+
+def dataclass_arguments(parser: argparse.ArgumentParser,  # the (sub)command's parser
+                        cls: type,  # a settings dataclass, e.g. `TrainConfig`
+                        ) -> None:
+    "Add one `--field-name` option per field of `cls`, documented by the field's comment and default."
+    comments = field_comments(cls)
+    for f in fields(cls):
+        default = None if f.default is MISSING else f.default
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=_parse_option(f.type), default=default,
+                            help=f"{comments.get(f.name, '')} (default: {default})".strip())
