@@ -85,6 +85,7 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
     run = Path(recipe.out_dir)
     train(recipe, device=device)
     final = run / "best"
+    average_last = min(average_last, len(list(run.glob("epoch_[0-9][0-9][0-9]"))))  # a short run has fewer
     if average_last > 1:
         final = average_checkpoints(last_checkpoints(run, average_last), run / f"avg{average_last}")
         for vocab in ("src_vocab.json", "tgt_vocab.json"):
