@@ -38,7 +38,11 @@ def hardware() -> str:
     "A short description of the machine that runs this code, for results records."
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    return f"{os.cpu_count()} CPU cores ({platform.machine()}, {platform.processor() or 'unknown CPU'})"
+    model = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():  # Linux names the CPU model there
+        model = next((l.split(":", 1)[1].strip() for l in cpuinfo.read_text().splitlines() if l.startswith("model name")), model)
+    return f"{os.cpu_count()} CPU cores ({platform.machine()}, {model or 'unknown CPU'})"
 
 def export_pretrained(checkpoint: str | Path,  # a checkpoint folder with weights, config and vocabularies
                       out: str | Path,  # folder to write
