@@ -77,20 +77,27 @@ def greedy_decode_cached(model: EncoderDecoder,
                          start_symbol: int = BOS,
                          end_symbol: int | None = EOS,  # finished rows repeat it; stop when all finished
                          ) -> torch.Tensor:  # (batch, <= max_len), same as `greedy_decode`
-    "Batched greedy decoding with a key/value cache."
+    "Batched greedy decoding with a key/value cache; sentences that produced `end_symbol` leave the batch."
     memory = model.encode(src, src_mask)
     cache = init_cache(model, memory)
-    ys = torch.full((src.size(0), 1), start_symbol, dtype=src.dtype, device=src.device)
-    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    batch = src.size(0)
+    ys = torch.full((batch, 1), start_symbol, dtype=src.dtype, device=src.device)  # (batch, t)
+    rows = torch.arange(batch, device=src.device)  # which rows of the batch are still decoding
+    last = ys[:, 0]  # (active,) newest token of each active row
     for position in range(max_len - 1):
-        out = decode_step(model, ys[:, -1], position, cache, src_mask)
-        next_word = model.generator(out).argmax(dim=-1)
+        out = decode_step(model, last, position, cache, src_mask)  # (active, d_model)
+        next_word = model.generator.proj(out).argmax(dim=-1)  # argmax of logits = argmax of log-probs
+        column = torch.full((batch,), end_symbol if end_symbol is not None else 0, dtype=ys.dtype, device=ys.device)
+        ys = torch.cat([ys, column.index_copy(0, rows, next_word).unsqueeze(1)], dim=1)  # finished rows repeat </s>
         if end_symbol is not None:
-            next_word = next_word.masked_fill(finished, end_symbol)
-            finished |= next_word == end_symbol
-        ys = torch.cat([ys, next_word.unsqueeze(1)], dim=1)
-        if end_symbol is not None and bool(finished.all()):
-            break
+            going = next_word != end_symbol
+            if not bool(going.any()):
+                break
+            if not bool(going.all()):  # drop finished rows: their cache, mask and bookkeeping
+                keep = going.nonzero().squeeze(1)
+                reorder_cache(cache, keep)
+                src_mask, rows, next_word = src_mask[keep], rows[keep], next_word[keep]
+        last = next_word
     return ys
 
 # %% ../nbs/10_decoding.ipynb #44a27cac
