@@ -127,6 +127,18 @@ def beam_search(model: EncoderDecoder,
     scores = scores.view(-1)  # (B*K,) summed log-probabilities
     lengths = torch.zeros(B * K, dtype=torch.long, device=device)  # generated tokens, </s> included
     finished = torch.zeros(B * K, dtype=torch.bool, device=device)
+    sentence = torch.arange(B, device=device)  # which input sentence each group of K rows belongs to
+    best_ids: list = [None] * B
+    best_scores = torch.zeros(B, device=device)
+
+    def retire(done: torch.Tensor) -> None:  # (active,) bool: sentences whose K beams have all ended
+        final = (scores / length_penalty(lengths, alpha)).view(-1, K)  # (active, K)
+        for b in done.nonzero().squeeze(1).tolist():
+            k = int(final[b].argmax())
+            seq = tokens[b * K + k, 1:].tolist()
+            best_ids[int(sentence[b])] = seq[: seq.index(end_symbol)] if end_symbol in seq else seq
+            best_scores[sentence[b]] = final[b, k]
+
     for position in range(int(limits.max())):
         logp = model.generator(decode_step(model, tokens[:, -1], position, cache, mask)).float()  # (B*K, V)
         V = logp.size(-1)
@@ -137,24 +149,27 @@ def beam_search(model: EncoderDecoder,
         new_len = lengths + (~finished).long()  # (B*K,)
         cand = scores.unsqueeze(1) + logp  # (B*K, V) summed log-probabilities
         ranked = cand / length_penalty(new_len, alpha).unsqueeze(1)
-        top = ranked.view(B, K * V).topk(K, dim=1).indices  # (B, K)
+        top = ranked.view(-1, K * V).topk(K, dim=1).indices  # (active, K)
         beam, word = top // V, top % V
-        rows = (torch.arange(B, device=device).unsqueeze(1) * K + beam).view(-1)  # (B*K,) source rows
+        rows = (torch.arange(beam.size(0), device=device).unsqueeze(1) * K + beam).view(-1)  # (active*K,) source rows
         word = word.view(-1)
         scores = cand[rows, word]
         lengths = new_len[rows]
         finished = finished[rows] | (word == end_symbol)
         tokens = torch.cat([tokens[rows], word.unsqueeze(1)], dim=1)
-        reorder_cache(cache, rows)
-        if bool(finished.all()):
+        done = finished.view(-1, K).all(dim=1)  # (active,) every beam of the sentence has ended
+        if bool(done.all()):
             break
-    final = (scores / length_penalty(lengths, alpha)).view(B, K)
-    best = final.argmax(dim=1)
-    outputs = []
-    for b in range(B):
-        seq = tokens[b * K + best[b], 1:].tolist()
-        outputs.append(seq[: seq.index(end_symbol)] if end_symbol in seq else seq)
-    return outputs, final.gather(1, best.unsqueeze(1)).squeeze(1)
+        if bool(done.any()):  # a finished sentence cannot change any more: store it and drop its rows
+            retire(done)
+            keep = (~done).nonzero().squeeze(1)
+            kept = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)  # rows of the kept sentences
+            sentence, scores, lengths, finished = sentence[keep], scores[kept], lengths[kept], finished[kept]
+            tokens, mask, limits = tokens[kept], mask[kept], limits[kept]
+            rows = rows[kept]  # the cache is reordered once, for the beams' choice and the drop together
+        reorder_cache(cache, rows)
+    retire(torch.ones(sentence.size(0), dtype=torch.bool, device=device))  # the sentences still in the batch
+    return best_ids, best_scores
 
 # %% ../nbs/10_decoding.ipynb #20899772
 @torch.no_grad()

@@ -5,7 +5,7 @@
 * batched greedy decoding with the key/value cache (sentences sorted by length, batches of --batch-size);
 * batched beam search (beam 4, alpha 0.6) with the cache.
 
-Prints the wall times and the ratios; the outputs of the two greedy decoders are compared too.
+After a warm-up on a few sentences, prints the wall times and the ratios; the outputs of the two greedy decoders are compared too.
 
 Usage: python benchmarks/decode.py --checkpoint models/multi30k-de-en --data-dir ../shared/data/multi30k
 """
@@ -68,6 +68,9 @@ def main():
           f"model {model.config}")
 
     with torch.no_grad():
+        # warm-up on a few sentences, so that one-time costs (kernel selection, allocator growth) are not timed
+        batched(encoded[:16], args.batch_size, lambda s, m, w: beam_search(model, s, m, 4, 0.6, 50)[0])
+        per_sentence_uncached(model, encoded[:4])
         t0 = time.perf_counter()
         greedy_cached = batched(encoded, args.batch_size,
                                 lambda s, m, w: [r[1:] for r in greedy_decode_cached(model, s, m, w + 51, BOS, EOS).tolist()])
