@@ -5,6 +5,7 @@ every internal link resolves. A missing Chromium or site build is a failure, nev
 import functools
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -109,3 +110,10 @@ def test_charts_math_and_tooltips(site_url, browser):
         page.locator("mjx-container").first.wait_for(state="attached", timeout=15000)
         assert page.locator("mjx-container").count() > 3, f"{name}: math not rendered"
     page.close()
+
+
+def test_api_page_covers_every_module():
+    "A new exported module must be added to docs/api.md, or its docstrings never reach the site."
+    listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "api.md").read_text()))
+    modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if not p.stem.startswith("_")}
+    assert modules <= listed, f"missing from docs/api.md: {sorted(modules - listed)}"
