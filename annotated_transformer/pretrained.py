@@ -21,7 +21,8 @@ import torch
 
 from .checkpoint import load_model, read_config, save_model
 from .data import BOS, EOS, Vocab, load_multi30k
-from .decoding import Translator, average_checkpoints, bleu, greedy_decode_cached, last_checkpoints
+from .decoding import (Translator, average_checkpoints, bleu, copy_vocabularies, greedy_decode_cached,
+                                            last_checkpoints)
 from .train import TrainConfig, train
 from .training import default_device
 
@@ -51,8 +52,7 @@ def export_pretrained(checkpoint: str | Path,  # a checkpoint folder with weight
     "Write a checkpoint's weights in float16 with its config and vocabularies (what the package ships)."
     checkpoint, out = Path(checkpoint), Path(out)
     save_model(load_model(checkpoint), out, dtype=torch.float16, extra_config=read_config(checkpoint).get("extra", {}))
-    for vocab in ("src_vocab.json", "tgt_vocab.json"):
-        (out / vocab).write_text((checkpoint / vocab).read_text())
+    copy_vocabularies(checkpoint, out)
     if results is not None:
         (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     return out
@@ -91,9 +91,7 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
     final = run / "best"
     average_last = min(average_last, len(list(run.glob("epoch_[0-9][0-9][0-9]"))))  # a short run has fewer
     if average_last > 1:
-        final = average_checkpoints(last_checkpoints(run, average_last), run / f"avg{average_last}")
-        for vocab in ("src_vocab.json", "tgt_vocab.json"):
-            (final / vocab).write_text((run / "last" / vocab).read_text())
+        final = average_checkpoints(last_checkpoints(run, average_last), run / f"avg{average_last}")  # vocabularies too
     history = _history(run)
     translator = Translator.from_checkpoint(final, device)
     results = {"recipe": {k: v for k, v in asdict(recipe).items() if k not in ("out_dir", "data_dir")},
