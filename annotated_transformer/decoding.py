@@ -6,9 +6,9 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 
 # %% auto #0
 __all__ = ['VOCAB_FILES', 'init_cache', 'decode_step', 'reorder_cache', 'greedy_decode_cached', 'length_penalty', 'beam_search',
-           'sequence_score', 'Translator', 'translate', 'bleu', 'evaluate', 'last_checkpoints', 'copy_vocabularies',
-           'average_checkpoints', 'add_translate_arguments', 'translate_main', 'add_evaluate_arguments',
-           'evaluate_main', 'add_average_arguments', 'average_main']
+           'sequence_score', 'Translator', 'translate', 'bleu', 'evaluate_translator', 'evaluate', 'last_checkpoints',
+           'copy_vocabularies', 'average_checkpoints', 'add_translate_arguments', 'translate_main',
+           'add_evaluate_arguments', 'evaluate_main', 'add_average_arguments', 'average_main']
 
 # %% ../nbs/10_decoding.ipynb #1bd577e0
 import argparse
@@ -249,19 +249,24 @@ def bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
     metric = BLEU()
     return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
 
-def evaluate(path: str | Path,  # checkpoint folder
-             split: str = "test",  # 'val' or 'test' (test2016)
-             data_dir: str | Path | None = None,  # Multi30k files on disk
-             beam_size: int = 4, alpha: float = 0.6,
-             limit: int | None = None,  # only the first `limit` sentences
-             device: str | None = None) -> dict:
-    "BLEU of a checkpoint on a Multi30k split."
-    translator = Translator.from_checkpoint(path, device)
+def evaluate_translator(translator: Translator,
+                        split: str = "test",  # 'val' or 'test' (test2016)
+                        data_dir: str | Path | None = None,  # Multi30k files on disk
+                        beam_size: int = 4, alpha: float = 0.6,
+                        limit: int | None = None,  # only the first `limit` sentences
+                        ) -> dict:
+    "BLEU of a `Translator` on a Multi30k split, with the signature and the first translations."
     pairs = load_multi30k(split, data_dir)[:limit]
     hyps = translator.translate([de for de, _ in pairs], beam_size=beam_size, alpha=alpha)
     score, signature = bleu(hyps, [en for _, en in pairs])
     return {"bleu": score, "signature": signature, "split": split, "sentences": len(pairs), "beam_size": beam_size,
             "examples": [{"source": de, "reference": en, "hypothesis": h} for (de, en), h in list(zip(pairs, hyps))[:5]]}
+
+def evaluate(path: str | Path,  # checkpoint folder
+             split: str = "test", data_dir: str | Path | None = None, beam_size: int = 4, alpha: float = 0.6,
+             limit: int | None = None, device: str | None = None) -> dict:
+    "BLEU of a checkpoint on a Multi30k split (arguments as in `evaluate_translator`)."
+    return evaluate_translator(Translator.from_checkpoint(path, device), split, data_dir, beam_size, alpha, limit)
 
 # %% ../nbs/10_decoding.ipynb #af04ed3a
 def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:

@@ -20,11 +20,9 @@ from pathlib import Path
 import torch
 
 from .checkpoint import load_model, read_config, save_model
-from .data import BOS, EOS, Vocab, load_multi30k
-from .decoding import (Translator, average_checkpoints, bleu, copy_vocabularies, greedy_decode_cached,
+from .decoding import (Translator, average_checkpoints, copy_vocabularies, evaluate_translator,
                                             last_checkpoints)
 from .train import TrainConfig, train
-from .training import default_device
 
 # %% ../nbs/11_pretrained.ipynb #f6b088f0
 RECIPE = TrainConfig(out_dir="runs/multi30k", N=3, d_model=256, d_ff=1024, h=8, dropout=0.1, min_freq=2,
@@ -64,18 +62,13 @@ def _history(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
 
 def measure_bleu(translator: Translator, split: str = "test", data_dir: str | Path | None = None,
-                 beam_sizes: tuple[int, ...] = (1, 4), examples: int = 5) -> dict:
-    "sacreBLEU of `translator` on a Multi30k split for each beam size (1 = greedy), with seconds and examples."
-    pairs = load_multi30k(split, data_dir)
-    sources, references = [de for de, _ in pairs], [en for _, en in pairs]
+                 beam_sizes: tuple[int, ...] = (1, 4)) -> dict:
+    "`evaluate_translator` for each beam size (1 = greedy), BLEU rounded to 2 decimals, with the seconds taken."
     out = {}
     for k in beam_sizes:
         t0 = time.perf_counter()
-        hyps = translator.translate(sources, beam_size=k)
-        score, signature = bleu(hyps, references)
-        out[f"beam_{k}"] = {"bleu": round(score, 2), "signature": signature, "seconds": round(time.perf_counter() - t0, 1),
-                            "examples": [{"source": s, "reference": r, "hypothesis": h}
-                                         for s, r, h in list(zip(sources, references, hyps))[:examples]]}
+        result = evaluate_translator(translator, split, data_dir, beam_size=k)
+        out[f"beam_{k}"] = {**result, "bleu": round(result["bleu"], 2), "seconds": round(time.perf_counter() - t0, 1)}
     return out
 
 def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
