@@ -18,7 +18,8 @@ import torch
 from .checkpoint import save_checkpoint
 from .model import EncoderDecoder, ModelConfig, build_model
 from .training import (Batch, LabelSmoothing, SimpleLossCompute, TrainState, dataclass_arguments,
-                                            default_device, greedy_decode, make_optimizer, run_epoch, set_seed)
+                                            default_device, greedy_decode, make_optimizer, resolve_precision,
+                                            run_epoch, set_seed)
 
 # %% ../nbs/06_copy_task.ipynb #9d48470e
 def copy_batches(vocab: int,  # symbols 0..vocab-1; 0 = padding, 1 = start
@@ -51,6 +52,7 @@ class CopyTaskConfig:
     factor: float = 1.0  # scale of the schedule
     smoothing: float = 0.0  # label smoothing
     seed: int = 0  # seed of the model and of the data
+    precision: str = "auto"  # auto (bf16 or fp16 on a GPU, fp32 on the CPU), fp32, bf16 or fp16
 
 def copy_model(cfg: CopyTaskConfig) -> EncoderDecoder:
     "The model for the copy task (same vocabulary on both sides)."
@@ -74,6 +76,7 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
                     ) -> tuple[EncoderDecoder, list[dict]]:  # (model, one dict of losses per epoch)
     "Train a model to copy its input; see `CopyTaskConfig` for the settings."
     device = default_device(device)
+    precision = resolve_precision(device, cfg.precision)
     if model is None:
         set_seed(cfg.seed)
         model = copy_model(cfg)
@@ -86,8 +89,9 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
         t0 = time.perf_counter()
         train_loss, state = run_epoch(_epoch_data(cfg, epoch, "train"), model, loss_compute, optimizer, scheduler,
                                       train_state=state, progress=progress, total=cfg.batches_per_epoch,
-                                      desc=f"epoch {epoch + 1}/{cfg.epochs}")
-        val_loss, _ = run_epoch(_epoch_data(cfg, epoch, "val"), model, loss_compute, mode="eval", progress=False)
+                                      desc=f"epoch {epoch + 1}/{cfg.epochs}", precision=precision)
+        val_loss, _ = run_epoch(_epoch_data(cfg, epoch, "val"), model, loss_compute, mode="eval", progress=False,
+                                precision=precision)
         history.append(dict(epoch=epoch, train_loss=train_loss, val_loss=val_loss, seconds=time.perf_counter() - t0))
         if progress:
             print(f"epoch {epoch + 1:3d}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
@@ -109,8 +113,8 @@ def copy_task_main(args: argparse.Namespace) -> int:
     "Train the copy task, decode examples, report where the checkpoint is."
     cfg = CopyTaskConfig(**{k: getattr(args, k) for k in asdict(CopyTaskConfig())})
     device = default_device(args.device)
-    print(f"training the copy task on {device}: {cfg.N} layers, d_model={cfg.d_model}, "
-          f"{cfg.epochs} epochs of {cfg.batches_per_epoch} batches")
+    print(f"training the copy task on {device} in {resolve_precision(device, cfg.precision)}: {cfg.N} layers, "
+          f"d_model={cfg.d_model}, {cfg.epochs} epochs of {cfg.batches_per_epoch} batches")
     t0 = time.perf_counter()
     model, _ = train_copy_task(cfg, checkpoint_dir=args.out, device=device)
     print(f"trained in {time.perf_counter() - t0:.0f}s")

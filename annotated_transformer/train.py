@@ -24,7 +24,8 @@ from .checkpoint import load_checkpoint, read_config, save_checkpoint, save_mode
 from .data import PAD, TokenBucketSampler, TranslationData, Vocab, batches
 from .model import PRESETS, ModelConfig, build_model
 from .training import (LabelSmoothing, SimpleLossCompute, TrainState, dataclass_arguments,
-                                            default_device, make_optimizer, run_epoch, set_seed)
+                                            default_device, make_optimizer, resolve_precision, run_epoch,
+                                            set_seed)
 
 # %% ../nbs/09_train.ipynb #8b3d0932
 @dataclass
@@ -145,7 +146,8 @@ def train(cfg: TrainConfig,  # the run's settings
     if talk:
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{n_params / 1e6:.1f}M parameters, vocabularies {len(data.src_vocab)}/{len(data.tgt_vocab)}, "
-              f"{len(sampler)} batches per epoch per process, {info.world_size} process(es) on {info.device}")
+              f"{len(sampler)} batches per epoch per process, {info.world_size} process(es) on {info.device}, "
+              f"precision {resolve_precision(info.device, cfg.precision)}")
     history = []
     for epoch in range(start_epoch, cfg.epochs):
         if cfg.max_steps is not None and state.step >= cfg.max_steps:

@@ -1,5 +1,5 @@
-"""Run by tests/test_distributed.py: `torchrun --nproc_per_node=2 tests/ddp_worker.py OUT_DIR STEPS`
-(or with WORLD_SIZE unset for the single-process reference). Trains a tiny model for a few steps on
+"""Run by tests/test_distributed.py: `torchrun --nproc_per_node=2 tests/ddp_worker.py OUT_DIR STEPS [PRECISION]`
+(or with WORLD_SIZE unset for the single-process reference; PRECISION defaults to fp32). Trains a tiny model for a few steps on
 fixed synthetic batches and writes its final parameters to OUT_DIR/rank{RANK}.safetensors."""
 import sys
 from pathlib import Path
@@ -33,7 +33,7 @@ def global_batches(steps):
     return out
 
 
-def main(out_dir, steps):
+def main(out_dir, steps, precision="fp32"):
     info = setup_distributed("cpu")
     torch.set_num_threads(1)
     set_seed(0)
@@ -46,10 +46,10 @@ def main(out_dir, steps):
         ddp = DistributedDataParallel(model)
         my_batches = [collate(micro[info.rank]) for micro in data]
         run_epoch(my_batches, ddp, loss_compute, optimizer, scheduler, progress=False,
-                  loss_norm=global_token_norm(info))
+                  loss_norm=global_token_norm(info), precision=precision)
     else:  # reference: one process, the whole global batch at once
         whole = [collate(micro[0] + micro[1]) for micro in data]
-        run_epoch(whole, model, loss_compute, optimizer, scheduler, progress=False)
+        run_epoch(whole, model, loss_compute, optimizer, scheduler, progress=False, precision=precision)
     save_file({k: v.contiguous() for k, v in model.state_dict().items() if not k.endswith(".pe")},
               str(Path(out_dir) / f"rank{info.rank}{'' if info.world_size > 1 else '_single'}.safetensors"))
     if info.world_size > 1:
@@ -57,4 +57,4 @@ def main(out_dir, steps):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])

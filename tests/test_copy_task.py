@@ -27,3 +27,22 @@ def test_command_line_runs(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "checkpoint written to" in res.stdout
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+
+
+def test_command_line_trains_in_bf16_and_the_checkpoint_decodes_in_fp32(tmp_path):
+    """CPU bf16 autocast applies CUDA's dtype rules: this is the CI proxy for mixed-precision training on a GPU."""
+    out = tmp_path / "bf16"
+    res = subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "copy-task", "--precision", "bf16",
+                          "--epochs", "2", "--batches-per-epoch", "3", "--batch-size", "16", "--d-model", "32",
+                          "--d-ff", "64", "--out", str(out), "--device", "cpu", "--examples", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "in bf16" in res.stdout, res.stdout
+    from annotated_transformer.checkpoint import load_model
+    model = load_model(out, "cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    src = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        ys = greedy_decode(model, src, torch.ones(1, 1, 10, dtype=torch.bool), max_len=10, start_symbol=1)
+    assert ys.shape == (1, 10) and ys[0, 0].item() == 1
+    assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -36,3 +36,14 @@ def test_two_gloo_processes_match_single_process(tmp_path):
             # noise into full-size steps, so these four numbers are not comparable; every other one is.
             continue
         torch.testing.assert_close(r0[k], single[k], atol=1e-5, rtol=1e-4, msg=f"DDP and single process differ in {k}")
+
+
+def test_two_gloo_processes_train_under_bf16_autocast(tmp_path):
+    "DDP + CPU bf16 autocast (the dtype rules of CUDA autocast): both ranks end identical, finite, float32."
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          str(WORKER), str(tmp_path), "3", "bf16"], capture_output=True, text=True, timeout=600, env=_env())
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    r0, r1 = load_file(tmp_path / "rank0.safetensors"), load_file(tmp_path / "rank1.safetensors")
+    for k in r0:
+        assert r0[k].dtype == torch.float32 and torch.isfinite(r0[k]).all(), k
+        assert torch.equal(r0[k], r1[k]), f"ranks differ in {k}"
