@@ -1,6 +1,7 @@
-"""Structure of the notebooks: every one can run in Colab, installing the package from the one
-repository URL declared in pyproject.toml."""
+"""Structure of the notebooks: every one can run in Colab, installing the package, with exactly the
+optional extras it needs, from the one repository URL declared in pyproject.toml."""
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -21,6 +22,22 @@ def test_there_are_notebooks():
     assert len(NOTEBOOKS) >= 4
 
 
+# What each extra of pyproject.toml brings, and the package modules that cannot be imported without it.
+EXTRA_USES = {"viz": {"packages": ("altair", "pandas", "vl_convert"), "modules": ("viz",)},
+              "mt": {"packages": ("spacy", "sacrebleu"), "modules": ("data", "train", "decoding", "pretrained", "cli")}}
+
+
+def needed_extras(nb_path):
+    "The extras a notebook needs: from the packages and package modules its code imports or exports."
+    cells = [c for c in code_cells(nb_path) if "google.colab" not in c]
+    code = "\n".join(cells)
+    exported = set(re.findall(r"#\| default_exp (\w+)", code))
+    imported = set(re.findall(r"annotated_transformer\.(\w+)", code)) | exported
+    packages = set(re.findall(r"^\s*(?:from|import) (\w+)", code, re.M))
+    return {extra for extra, uses in EXTRA_USES.items()
+            if imported & set(uses["modules"]) or packages & set(uses["packages"])}
+
+
 def test_every_notebook_has_the_colab_setup_cell():
     url = repo_url()
     for nb in NOTEBOOKS:
@@ -29,3 +46,15 @@ def test_every_notebook_has_the_colab_setup_cell():
         cell = setup[0]
         assert cell.startswith("#| hide"), f"{nb.name}: the setup cell must be hidden on the docs site"
         assert f"git+{url}" in cell, f"{nb.name}: the setup cell must install from {url} (pyproject.toml)"
+        extras = needed_extras(nb)
+        m = re.search(r"annotated-transformer\[([\w,]+)\] @ git\+", cell)
+        installed = set(m[1].split(",")) if m else set()
+        assert installed == extras, f"{nb.name}: the Colab cell installs extras {sorted(installed)}, the notebook needs {sorted(extras)}"
+
+
+def test_extras_declared_in_pyproject():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra, uses in EXTRA_USES.items():
+        names = " ".join(extras[extra]).replace("-", "_")
+        for package in uses["packages"]:
+            assert package in names, f"[{extra}] in pyproject.toml does not list {package}"
