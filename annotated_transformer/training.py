@@ -25,6 +25,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
+from .layers import check_token_ids
 from .model import subsequent_mask
 
 # %% ../nbs/04_training.ipynb #9fd8beb7
@@ -344,12 +345,18 @@ def run_epoch(
     if training and scaler is None:
         scaler = make_grad_scaler(device, precision)
     model.train(training)
+    config = getattr(getattr(model, "module", model), "config", None)  # (unwrapping DDP)
+    vocab_sizes = (config.src_vocab, config.tgt_vocab) if config is not None else None
     total_loss = torch.zeros((), device=device)  # summed on the device: no host sync per step
     total_tokens, pending = 0, 0
     start = shown = time.perf_counter()
     bar = tqdm(data_iter, total=total, desc=desc or mode, disable=not progress, leave=False)
     with torch.enable_grad() if training else torch.no_grad():
         for batch in bar:
+            if device.type != "cpu" and vocab_sizes:  # ids checked while they are on the CPU: no host sync later
+                check_token_ids(batch.src, vocab_sizes[0], "source token id")
+                check_token_ids(batch.tgt, vocab_sizes[1], "target token id")
+                check_token_ids(batch.tgt_y, vocab_sizes[1], "target token id")
             batch = batch.to(device)
             with autocast_context(device, precision):
                 out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)

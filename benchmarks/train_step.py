@@ -1,15 +1,21 @@
 """Training-step throughput and peak memory: the package's fast path vs its explicit teaching path
-vs torch.nn.Transformer of the same size.
+vs torch.nn.Transformer of the same size, on the CPU or on a CUDA GPU.
 
-One training step = forward + label-smoothed loss + backward + Adam step, on batches of 128
-sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
+One training step = forward + label-smoothed loss + backward + Adam step, on batches of 128 (or
+--batch-sizes) sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
 
 * (a) fast:     the package as shipped (SDPA attention, output layer fused with the label-smoothed loss,
                 LayerNorm and ReLU+dropout with hand-written backward passes, padding positions
-                skipped in the loss)
-* (b) explicit: the teaching path (attention weights materialised and kept, target distribution built,
-                LayerNorm as the formula is written, plain ReLU + nn.Dropout)
-* (c) torch:    torch.nn.Transformer (pre-norm, batch_first) + F.cross_entropy(label_smoothing=0.1)
+                skipped in the loss), in --precision (default 'auto': bf16 on a GPU that has it, fp32 on the CPU)
+* (b) explicit: the teaching path in fp32 (attention weights materialised and kept, target distribution
+                built, LayerNorm as the formula is written, plain ReLU + nn.Dropout): the same arithmetic
+                as The Annotated Transformer's code
+* (c) torch:    torch.nn.Transformer (pre-norm, batch_first) + F.cross_entropy(label_smoothing=0.1),
+                in the same precision as (a)
+* (d) fast+compile (only with --compile): (a) under torch.compile
+
+On a GPU the timings wait for the GPU (torch.cuda.synchronize) and the memory is the peak of
+torch.cuda.max_memory_allocated during a step above the memory allocated before it.
 
 Speed: the three implementations are interleaved in one process (round robin, the same
 batches, the first-to-run rotating) and the median time per target token of each is reported.
@@ -24,6 +30,7 @@ loss tensors and gradients, not the weights and Adam state that all three keep a
 Timings are not taken in that process, because an mmap per tensor slows every step.
 
 Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--threads 2]
+       python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 [--compile]
 """
 import argparse
 import ctypes
@@ -44,19 +51,20 @@ from torch import nn
 from annotated_transformer.attention import capture_attention
 from annotated_transformer.layers import LayerNorm, PositionwiseFeedForward, sinusoid_table
 from annotated_transformer.model import make_model, subsequent_mask
-from annotated_transformer.training import Batch, LabelSmoothing, SimpleLossCompute
+from annotated_transformer.training import (Batch, LabelSmoothing, SimpleLossCompute, autocast_context,
+                                            make_grad_scaler, resolve_precision)
 
 SIZES = {"small": dict(N=2, d_model=256, d_ff=1024, h=4), "base": dict(N=6, d_model=512, d_ff=2048, h=8)}
-SRC_VOCAB, TGT_VOCAB, PAD, BATCH = 8000, 6000, 2, 128
+SRC_VOCAB, TGT_VOCAB, PAD = 8000, 6000, 2
 
 
-def make_batch(gen):
-    "128 pairs; lengths like Multi30k (German ~ 13.9 +- 4.5 tokens, English ~ 13.1 +- 4.1, plus <s> </s>)."
-    src_len = (torch.randn(BATCH, generator=gen) * 4.5 + 13.9).round().clamp(4, 40).long() + 2
-    tgt_len = (torch.randn(BATCH, generator=gen) * 4.1 + 13.1).round().clamp(4, 40).long() + 2
-    src = torch.full((BATCH, int(src_len.max())), PAD)
-    tgt = torch.full((BATCH, int(tgt_len.max())), PAD)
-    for i in range(BATCH):
+def make_batch(gen, size=128):
+    "`size` pairs; lengths like Multi30k (German ~ 13.9 +- 4.5 tokens, English ~ 13.1 +- 4.1, plus <s> </s>)."
+    src_len = (torch.randn(size, generator=gen) * 4.5 + 13.9).round().clamp(4, 40).long() + 2
+    tgt_len = (torch.randn(size, generator=gen) * 4.1 + 13.1).round().clamp(4, 40).long() + 2
+    src = torch.full((size, int(src_len.max())), PAD)
+    tgt = torch.full((size, int(tgt_len.max())), PAD)
+    for i in range(size):
         src[i, : src_len[i]] = torch.randint(4, SRC_VOCAB, (int(src_len[i]),), generator=gen)
         tgt[i, : tgt_len[i]] = torch.randint(4, TGT_VOCAB, (int(tgt_len[i]),), generator=gen)
     return Batch(src, tgt, pad=PAD)
@@ -86,16 +94,20 @@ class TorchTransformer(nn.Module):
                                label_smoothing=0.1, reduction="sum") / b.ntokens
 
 
-def build(kind, size):
+def build(kind, size, device, precision):
+    "One training step of implementation `kind` (see the docstring), as a function of a batch."
     torch.manual_seed(0)
+    if kind == "explicit":
+        precision = "fp32"
     if kind == "torch":
         model = TorchTransformer(**SIZES[size])
         step_loss = model.loss
     else:
         model = make_model(SRC_VOCAB, TGT_VOCAB, **SIZES[size])
         crit = SimpleLossCompute(model.generator, LabelSmoothing(TGT_VOCAB, PAD, 0.1, explicit=kind == "explicit"))
+        forward = torch.compile(model) if kind == "fast+compile" else model
         def step_loss(b):
-            return crit(model(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
+            return crit(forward(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
         if kind == "explicit":
             for m in model.modules():  # LayerNorm as the formula is written
                 if isinstance(m, (LayerNorm, PositionwiseFeedForward)):
@@ -104,14 +116,19 @@ def build(kind, size):
             def step_loss(b):
                 with capture_attention(model):
                     return inner(b)
-    model.train()
+    model.to(device).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    scaler = make_grad_scaler(device, precision)
     def step(b):
-        loss = step_loss(b)
-        loss.backward()
-        opt.step()
+        with autocast_context(device, precision):
+            loss = step_loss(b)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
     return step
 
 
@@ -124,8 +141,21 @@ def _rss_kb(field):
             return int(line.split()[1])
 
 
+def measured_cuda(step, batch):
+    "(seconds, peak extra allocated MB) of one step on the GPU."
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    step(batch)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
 def measured(step, batch):
     "(seconds, peak extra resident MB) of one step."
+    if batch.src.is_cuda:
+        return measured_cuda(step, batch)
     gc.collect()
     if _libc is not None:
         _libc.malloc_trim(0)
@@ -139,20 +169,21 @@ def measured(step, batch):
     return seconds, peak
 
 
-def bench(size, rounds, phase, kinds=("fast", "explicit", "torch")):
-    "Median seconds per target token ('speed') or median peak MB per step ('memory') of each implementation."
-    steps = {k: build(k, size) for k in kinds}
+def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", precision="fp32", batch_size=128):
+    "Median seconds per target token and median peak MB per step of each implementation: {kind: (s/token, MB)}."
+    steps = {k: build(k, size, device, precision) for k in kinds}
     gen = torch.Generator().manual_seed(1)
-    batches = [make_batch(gen) for _ in range(rounds + 1)]
-    for k in kinds:  # warm-up: allocates Adam state, first-call overheads
+    batches = [make_batch(gen, batch_size).to(device) for _ in range(rounds + 2)]
+    for k in kinds:  # warm-up: allocates Adam state, first-call overheads, compilation
         steps[k](batches[0])
+        steps[k](batches[1])
     values = {k: [] for k in kinds}
-    for r, b in enumerate(batches[1:]):
+    for r, b in enumerate(batches[2:]):
         order = kinds[r % len(kinds):] + kinds[: r % len(kinds)]  # rotate who goes first
         for k in order:
             seconds, peak_mb = measured(steps[k], b)
-            values[k].append(seconds / b.ntokens if phase == "speed" else peak_mb)
-    return {k: statistics.median(v) for k, v in values.items()}
+            values[k].append((seconds / b.ntokens, peak_mb))
+    return {k: tuple(statistics.median(x[i] for x in v) for i in (0, 1)) for k, v in values.items()}
 
 
 def main():
@@ -160,31 +191,46 @@ def main():
     ap.add_argument("--models", nargs="+", default=["small", "base"], choices=list(SIZES))
     ap.add_argument("--rounds", type=int, default=5, help="measured steps per implementation")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", default="auto", help="of (a) and (c): auto, fp32, bf16 or fp16")
+    ap.add_argument("--batch-sizes", nargs="+", type=int, default=None,
+                    help="sentence pairs per batch (default: 128 on the CPU, 128 and 1024 on a GPU)")
+    ap.add_argument("--compile", action="store_true", help="also time (a) under torch.compile")
     ap.add_argument("--phase", choices=["all", "speed", "memory"], default="all", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if args.phase == "memory":  # child process: print one JSON line per model
-        for size in args.models:
-            print(json.dumps({"size": size, **bench(size, args.rounds, "memory")}))
+    device = torch.device(args.device)
+    precision = resolve_precision(device, args.precision)
+    kinds = ("fast", "explicit", "torch") + (("fast+compile",) if args.compile else ())
+    sizes = args.batch_sizes or ([128, 1024] if device.type == "cuda" else [128])
+    runs = [(m, b) for m in args.models for b in sizes]
+    if args.phase == "memory":  # CPU child process: print one JSON line per (model, batch size)
+        for m, b in runs:
+            print(json.dumps({"run": [m, b], **{k: v[1] for k, v in bench(m, args.rounds, kinds, device,
+                                                                            precision, b).items()}}))
         return
-    print(f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, {args.threads} threads, "
-          f"{args.rounds} rounds")
-    speed = {size: bench(size, args.rounds, "speed") for size in args.models}
-    child = subprocess.run([sys.executable, __file__, "--phase", "memory", "--rounds", str(args.rounds),
-                            "--threads", str(args.threads), "--models", *args.models],
-                           env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
-                           capture_output=True, text=True, check=True)
-    memory = {row["size"]: row for row in map(json.loads, child.stdout.splitlines())}
-    for size in args.models:
-        tok_s = {k: 1 / v for k, v in speed[size].items()}
-        mem = memory[size]
-        print(f"\n{size} model {SIZES[size]}")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads"
+    print(f"torch {torch.__version__}, {where}, {args.rounds} rounds; (a) and (c) in {precision}, (b) in fp32")
+    results = {run: bench(run[0], args.rounds, kinds, device, precision, run[1]) for run in runs}
+    memory = {run: {k: v[1] for k, v in r.items()} for run, r in results.items()}
+    if device.type == "cpu":  # resident memory is only meaningful in a process with a fixed mmap threshold
+        child = subprocess.run([sys.executable, __file__, "--phase", "memory", "--rounds", str(args.rounds),
+                                "--threads", str(args.threads), "--models", *args.models, "--precision", precision,
+                                "--batch-sizes", *map(str, sizes)] + (["--compile"] if args.compile else []),
+                               env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+                               capture_output=True, text=True, check=True)
+        memory = {tuple(row.pop("run")): row for row in map(json.loads, child.stdout.splitlines())}
+    for run in runs:
+        tok_s = {k: 1 / v[0] for k, v in results[run].items()}
+        mem = memory[run]
+        print(f"\n{run[0]} model {SIZES[run[0]]}, {run[1]} sentence pairs per batch")
         print(f"| implementation | target tokens/s | peak step memory (MB) |\n| --- | ---: | ---: |")
         for k in tok_s:
             print(f"| {k} | {tok_s[k]:.0f} | {mem[k]:.0f} |")
-        print(f"ratios: speed fast/explicit {tok_s['fast'] / tok_s['explicit']:.2f}x (target >= 1.3), "
-              f"fast/torch {tok_s['fast'] / tok_s['torch']:.2f}x (target >= 0.95); "
-              f"memory fast/explicit {mem['fast'] / mem['explicit']:.2f}x (target <= 0.6)")
+        print(f"ratios: speed fast/explicit {tok_s['fast'] / tok_s['explicit']:.2f}x, "
+              f"fast/torch {tok_s['fast'] / tok_s['torch']:.2f}x; "
+              f"memory fast/explicit {mem['fast'] / mem['explicit']:.2f}x, fast/torch {mem['fast'] / mem['torch']:.2f}x"
+              + (f"; fast+compile/torch {tok_s['fast+compile'] / tok_s['torch']:.2f}x" if args.compile else ""))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,41 @@
+"""tools/gpu_check.sh, the GPU check CI cannot run: it parses, says what is wrong with a bad option,
+refuses to run without a GPU (exit 3, leaving the committed results untouched), and covers what it promises."""
+import subprocess
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tools" / "gpu_check.sh"
+
+
+def run(*args):
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd="/")
+
+
+def test_script_parses():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+
+
+def test_bad_option_is_one_line_and_exit_2():
+    res = run("--bogus")
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "--bogus" in res.stderr
+
+
+def test_without_a_gpu_it_stops_before_writing_the_log(tmp_path):
+    if torch.cuda.is_available():
+        return  # on a GPU machine the script runs for real; nothing to check here
+    log = tmp_path / "log.txt"
+    res = run("--log", str(log))
+    assert res.returncode == 3 and "no CUDA GPU" in res.stderr
+    assert not log.exists()
+
+
+def test_covers_what_the_readme_promises():
+    text = SCRIPT.read_text()
+    for piece in ("nbdev-test --flags gpu", "copy-task", "train --out-dir", "translate --checkpoint",
+                  "evaluate --checkpoint", "benchmarks/train_step.py --device cuda", "benchmarks/decode.py",
+                  "--device cuda"):
+        assert piece in text, piece
+    assert "gpu_check.sh" in (ROOT / "README.md").read_text()

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The project's GPU check, for any CUDA machine (a cloud GPU, Colab's terminal): everything CI cannot run.
+#
+#   bash tools/gpu_check.sh [--data-dir DIR] [--log FILE] [--no-bench]
+#
+# Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
+#   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu), and the `#| slow` training cell of
+#      09_train (the tutorial's model; the slow cell of 11_pretrained is left out: it rebuilds the shipped model);
+#   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
+#   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
+#   4. `translate` and `evaluate` (test2016, beam 4) of the shipped model on the GPU: BLEU within 0.5 of results.json;
+#   5. the GPU benchmarks: benchmarks/train_step.py --device cuda and benchmarks/decode.py --device cuda (a sweep).
+# Exits 1 if any step failed (all steps run), 2 on a bad option, 3 without a CUDA GPU.
+# Everything printed also goes to --log (default: benchmarks/results_gpu.txt, with the date, GPU and torch).
+# No internet needed when the Multi30k files are on disk: --data-dir DIR, or $ANNOTATED_TRANSFORMER_DATA,
+# or ../shared/data/multi30k beside the checkout; otherwise they are downloaded once into the cache.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DATA_DIR="${ANNOTATED_TRANSFORMER_DATA:-}"
+LOG=benchmarks/results_gpu.txt
+BENCH=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data-dir) DATA_DIR="${2:?--data-dir needs a folder}"; shift 2 ;;
+    --log) LOG="${2:?--log needs a file name}"; shift 2 ;;
+    --no-bench) BENCH=0; shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown option '$1' (expected --data-dir DIR, --log FILE, --no-bench)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$DATA_DIR" ] && [ -d ../shared/data/multi30k ]; then DATA_DIR=../shared/data/multi30k; fi
+if [ -n "$DATA_DIR" ]; then
+  [ -d "$DATA_DIR" ] || { echo "gpu_check.sh: --data-dir '$DATA_DIR' is not a folder" >&2; exit 2; }
+  DATA_DIR=$(cd "$DATA_DIR" && pwd)
+  export ANNOTATED_TRANSFORMER_DATA="$DATA_DIR"  # the notebooks and every command find the files here
+  DATA_ARG=(--data-dir "$DATA_DIR")
+else
+  DATA_ARG=()
+fi
+export TQDM_DISABLE=1  # progress bars would fill the log
+if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_check.sh: no CUDA GPU is visible to torch; this check is for GPU machines (CI covers the CPU)" >&2
+  exit 3
+fi
+mkdir -p "$(dirname "$LOG")"
+exec > >(tee "$LOG") 2>&1
+
+python - <<'EOF'
+import datetime, torch
+from annotated_transformer.training import resolve_precision
+print(f"date      {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+print(f"GPU       {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)")
+print(f"torch     {torch.__version__} (CUDA {torch.version.cuda})")
+print(f"precision {resolve_precision(torch.device('cuda'), 'auto')} (what precision='auto' picks here)")
+EOF
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+FAILED=()
+step() {  # step NAME COMMAND...: run, report, remember failures
+  local name=$1; shift
+  echo; echo "== $name"
+  local t0=$SECONDS
+  if "$@"; then echo "-- ok ($((SECONDS - t0)) s): $name"; else echo "-- FAILED ($((SECONDS - t0)) s): $name"; FAILED+=("$name"); fi
+}
+
+copy_task() {
+  annotated-transformer copy-task --out "$WORK/copy-task" | tee "$WORK/copy.txt"
+  grep -Eq '^([0-9]+)/\1 exact copies' "$WORK/copy.txt" || { echo "not every example was copied exactly"; return 1; }
+}
+short_train() {
+  annotated-transformer train --out-dir "$WORK/multi30k" "${DATA_ARG[@]}" --epochs 1 --max-steps 300 --warmup 200 &&
+  annotated-transformer translate --checkpoint "$WORK/multi30k/last" --device cuda "Ein Hund rennt durch den Schnee."
+}
+shipped_model() {
+  local model=annotated_transformer/pretrained/multi30k-de-en
+  annotated-transformer translate --checkpoint "$model" --device cuda "Ein Hund rennt durch den Schnee." &&
+  annotated-transformer evaluate --checkpoint "$model" --device cuda --split test "${DATA_ARG[@]}" --json > "$WORK/eval.json" &&
+  python - "$WORK/eval.json" "$model/results.json" <<'EOF'
+import json, sys
+got, shipped = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+expected = shipped.get("test2016", {}).get("beam_4", {}).get("bleu")
+print(f"test2016 beam 4 on the GPU: BLEU {got['bleu']:.2f} (shipped results.json: {expected})")
+if expected is not None and abs(got["bleu"] - expected) > 0.5:
+    sys.exit("BLEU on the GPU differs from the shipped result by more than 0.5")
+EOF
+}
+
+step "notebooks with #| gpu cells (nbdev-test --flags gpu)" nbdev-test --flags gpu --n-workers 1 --timing
+step "the tutorial's training run (#| slow cell of 09_train)" nbdev-test --flags slow --n-workers 1 nbs/09_train.ipynb
+step "copy-task with its defaults reaches exact copies" copy_task
+step "short train on Multi30k (default precision), then translate" short_train
+step "shipped model: translate and evaluate on the GPU" shipped_model
+if [ "$BENCH" = 1 ]; then
+  step "benchmark: training step (base model, batches of 128 and 1024)" \
+    python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 --rounds 10
+  step "benchmark: decoding test2016 (batch-size sweep)" \
+    python benchmarks/decode.py --checkpoint annotated_transformer/pretrained/multi30k-de-en --device cuda \
+      "${DATA_ARG[@]}" --batch-sizes 32 128 512 1000
+fi
+
+echo
+if [ ${#FAILED[@]} -gt 0 ]; then
+  printf 'GPU check FAILED in %d step(s):\n' "${#FAILED[@]}"; printf '  - %s\n' "${FAILED[@]}"
+  exit 1
+fi
+echo "GPU check passed (log: $ROOT/$LOG)"
