@@ -6,8 +6,9 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md
 
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'SPLITS', 'SPECIALS', 'BOS', 'EOS', 'PAD', 'UNK', 'default_cache_dir', 'sha256_of',
-           'DataError', 'download', 'multi30k_file', 'read_lines', 'load_multi30k', 'Tokenizer', 'detokenize', 'Vocab',
-           'encode_pair', 'TranslationData', 'TokenBucketSampler', 'collate', 'batches', 'padding_fraction']
+           'DataError', 'download', 'bundled_dir', 'multi30k_file', 'ensure_multi30k', 'read_lines', 'load_multi30k',
+           'Tokenizer', 'detokenize', 'Vocab', 'encode_pair', 'TranslationData', 'TokenBucketSampler', 'collate',
+           'batches', 'padding_fraction']
 
 # %% ../nbs/08_data.ipynb #90133ba4
 import gzip
@@ -20,6 +21,7 @@ import shutil
 import tempfile
 import urllib.request
 from collections import Counter
+from importlib.resources import files
 from pathlib import Path
 
 import torch
@@ -87,12 +89,16 @@ def download(name: str,  # file name, e.g. 'train.de.gz'
     os.replace(tmp, dest)
     return dest
 
+def bundled_dir() -> Path:
+    "The folder of Multi30k files shipped inside the package (the test2016 set)."
+    return Path(str(files("annotated_transformer"))) / "datasets" / "multi30k"
+
 def multi30k_file(name: str,  # e.g. 'val.en.gz'
                   data_dir: str | Path | None = None,  # folder with the files already on disk: no download
                   cache_dir: str | Path | None = None,  # where downloads go (default: `default_cache_dir()`)
-                  progress: bool = True,
+                  progress: bool = True,  # progress bar while downloading
                   ) -> Path:
-    "Path of a verified Multi30k file: from `data_dir`, else from the cache, downloading if needed."
+    "Path of a verified Multi30k file: from `data_dir`, else the cache, else the package's copy, else a download."
     if name not in MULTI30K_SHA256:
         raise ValueError(f"unknown Multi30k file {name!r}; expected one of {sorted(MULTI30K_SHA256)}")
     if data_dir is not None:
@@ -115,7 +121,16 @@ def multi30k_file(name: str,  # e.g. 'val.en.gz'
         path.unlink()
         raise DataError(f"cached {path} had SHA-256 {digest}, expected {MULTI30K_SHA256[name]}; the bad file "
                         "was removed, run again to download it anew. " + _manual_instructions(name, folder))
+    bundled = bundled_dir() / name
+    if bundled.is_file() and sha256_of(bundled) == MULTI30K_SHA256[name]:
+        return bundled
     return download(name, folder, progress)
+
+def ensure_multi30k(data_dir: str | Path | None = None,  # as for `multi30k_file`
+                    progress: bool = True,  # progress bars while downloading
+                    ) -> dict[str, Path]:  # file name -> verified path
+    "Find (or download) and verify every Multi30k file: one call that tells at once whether the data is there."
+    return {name: multi30k_file(name, data_dir, progress=progress) for name in MULTI30K_SHA256}
 
 # %% ../nbs/08_data.ipynb #73c92299
 def read_lines(path: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""Multi30k files, tokenization, vocabularies and batching. Never touches the network."""
+"""Multi30k files, tokenization, vocabularies and batching. Downloads are faked: these tests never use the network."""
 import io
 import urllib.error
 from pathlib import Path
@@ -7,8 +7,6 @@ import pytest
 
 from annotated_transformer import data as D
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-needs_data = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data/multi30k")
 
 
 class FakeResponse(io.BytesIO):
@@ -17,9 +15,8 @@ class FakeResponse(io.BytesIO):
     def __exit__(self, *a): self.close()
 
 
-@needs_data
-def test_download_goes_through_a_temporary_file_and_verifies(tmp_path, monkeypatch):
-    payload = (SHARED / "val.en.gz").read_bytes()
+def test_download_goes_through_a_temporary_file_and_verifies(tmp_path, monkeypatch, multi30k):
+    payload = multi30k["val.en.gz"].read_bytes()
     monkeypatch.setattr(D.urllib.request, "urlopen", lambda url, timeout: FakeResponse(payload))
     path = D.multi30k_file("val.en.gz", cache_dir=tmp_path, progress=False)
     assert path == tmp_path / "val.en.gz" and path.read_bytes() == payload
@@ -53,9 +50,8 @@ def test_cache_dir_env_override(monkeypatch, tmp_path):
     assert D.default_cache_dir() == tmp_path
 
 
-@needs_data
-def test_splits_and_vocab_from_training_split_only():
-    data = D.TranslationData(SHARED, progress=False)
+def test_splits_and_vocab_from_training_split_only(multi30k):
+    data = D.TranslationData(progress=False)
     assert [len(data.raw(s)) for s in ("train", "val", "test")] == [29000, 1014, 1000]
     assert data.src_vocab.itos[:4] == list(D.SPECIALS) and data.tgt_vocab.itos[:4] == list(D.SPECIALS)
     train_words = {w for _, en in data.tokens("train") for w in en}
@@ -82,3 +78,23 @@ def test_sampler_shards_cover_all_batches_once():
     seen = sorted(i for sh in shards for b in sh for i in b)
     assert set(seen) == set(range(200))
     assert all(len(b) * max(lengths[i] for i in b) <= 60 for sh in shards for b in sh)
+
+
+def test_test2016_is_bundled_and_found_offline(tmp_path, monkeypatch):
+    "The test set the shipped model is scored on needs no network: an empty cache and no download still find it."
+    def fail(url, timeout): raise AssertionError("no download expected")
+    monkeypatch.setattr(D.urllib.request, "urlopen", fail)
+    pairs = D.load_multi30k("test", cache_dir=tmp_path, progress=False)
+    assert len(pairs) == 1000 and list(tmp_path.iterdir()) == []
+
+
+def test_resolution_order(tmp_path, monkeypatch, multi30k):
+    "An explicit data_dir wins over the cache, the cache over the bundled copy."
+    (tmp_path / "mine").mkdir(); (tmp_path / "cache").mkdir()
+    for folder in ("mine", "cache"):
+        (tmp_path / folder / "test_2016_flickr.de.gz").write_bytes(multi30k["test_2016_flickr.de.gz"].read_bytes())
+    assert D.multi30k_file("test_2016_flickr.de.gz", tmp_path / "mine", tmp_path / "cache").parent == tmp_path / "mine"
+    assert D.multi30k_file("test_2016_flickr.de.gz", None, tmp_path / "cache").parent == tmp_path / "cache"
+    monkeypatch.setenv("ANNOTATED_TRANSFORMER_DATA", str(tmp_path / "cache"))
+    assert D.multi30k_file("test_2016_flickr.de.gz").parent == tmp_path / "cache"
+    assert D.multi30k_file("test_2016_flickr.en.gz").parent == D.bundled_dir()

@@ -4,6 +4,7 @@ leaving the machine; every chart renders; hovering an attention map shows a tool
 every internal link resolves. A missing Chromium or site build is a failure, never a skip."""
 import functools
 import http.server
+import json
 import os
 import re
 import subprocess
@@ -51,6 +52,33 @@ def pages():
     return sorted(p.relative_to(SITE).as_posix() for p in SITE.glob("*.html"))
 
 
+def expected_charts(page_name: str) -> list[str]:
+    "Element ids of the Altair charts saved in the outputs of the page's notebook (cells hidden on the site excluded)."
+    nb = ROOT / "nbs" / page_name.replace(".html", ".ipynb")
+    if not nb.exists():
+        return []
+    ids = []
+    for cell in json.loads(nb.read_text())["cells"]:
+        if cell["cell_type"] != "code" or "".join(cell["source"]).lstrip().startswith("#| hide"):
+            continue
+        for output in cell.get("outputs", []):
+            html = "".join(output.get("data", {}).get("text/html", []))
+            ids += re.findall(r'<div id="(altair-viz-[0-9a-f]+)"></div>', html)
+    return ids
+
+
+def wait_for_charts(page, name: str, timeout_ms: int = 30000) -> None:
+    "Wait until every chart the notebook saved has drawn (an svg or canvas inside it); name the first that never does."
+    ids = expected_charts(name)
+    for chart_id in ids:
+        drawn = page.locator(f"#{chart_id} svg, #{chart_id} canvas").first
+        try:
+            drawn.wait_for(state="attached", timeout=timeout_ms)
+        except Exception:
+            pytest.fail(f"{name}: chart #{chart_id} never drew within {timeout_ms / 1000:.0f} s", pytrace=False)
+    assert page.locator(".vega-embed").count() == len(ids), f"{name}: {len(ids)} charts expected"
+
+
 def test_every_page_loads_cleanly_and_offline(site_url, browser):
     html_pages = pages()
     assert "index.html" in html_pages and "01_attention.html" in html_pages and "api.html" in html_pages
@@ -66,9 +94,7 @@ def test_every_page_loads_cleanly_and_offline(site_url, browser):
     page.on("response", lambda r: problems.append(f"{page.url}: HTTP {r.status} for {r.url}") if r.status >= 400 else None)
     for name in html_pages:
         page.goto(site_url + name, wait_until="networkidle")
-        charts = page.locator(".vega-embed")
-        for i in range(charts.count()):  # every chart drew something
-            charts.nth(i).locator("svg, canvas").first.wait_for(state="attached", timeout=15000)
+        wait_for_charts(page, name)  # every chart of the notebook drew something
         links[name] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
     assert not problems, "\n".join(problems[:30])
     # every internal link resolves: the target page exists and, for #anchors, the element exists
@@ -92,10 +118,8 @@ def test_every_page_loads_cleanly_and_offline(site_url, browser):
 def test_charts_math_and_tooltips(site_url, browser):
     page = browser.new_page()
     page.goto(site_url + "07_viz.html", wait_until="networkidle")
-    charts = page.locator(".vega-embed")
-    assert charts.count() >= 8
-    for i in range(charts.count()):
-        charts.nth(i).locator("svg, canvas").first.wait_for(state="attached", timeout=15000)
+    assert len(expected_charts("07_viz.html")) >= 8
+    wait_for_charts(page, "07_viz.html")
     # hover a cell of the decoder-source attention map: the tooltip shows the token pair and the weight
     att = page.locator(".vega-embed", has_text="key (source)").first
     att.scroll_into_view_if_needed()

@@ -9,8 +9,6 @@ from annotated_transformer.data import load_multi30k
 from annotated_transformer.decoding import bleu
 from annotated_transformer.pretrained import RECIPE, load_trained_model, pretrained_dir
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-
 
 @pytest.fixture(scope="module")
 def translator():
@@ -33,19 +31,17 @@ def test_translates_simple_sentences(translator):
     assert "two men" in out[1].lower(), out
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data/multi30k")
 def test_reproduces_recorded_bleu(translator):
     results = json.loads((pretrained_dir() / "results.json").read_text())
-    pairs = load_multi30k("test", SHARED)[:300]
+    pairs = load_multi30k("test")[:300]  # bundled with the package: no network needed
     score, _ = bleu(translator.translate([de for de, _ in pairs], beam_size=1), [en for _, en in pairs])
     # a subset scores differently from the whole set, but a broken model or vocabulary would score near 0
     assert abs(score - results["test2016"]["beam_1"]["bleu"]) < 6, (score, results["test2016"]["beam_1"]["bleu"])
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data/multi30k")
-def test_load_trained_model_trains_when_weights_are_missing(tmp_path):
+def test_load_trained_model_trains_when_weights_are_missing(tmp_path, multi30k):
     tiny = replace(RECIPE, out_dir=str(tmp_path / "run"), N=1, d_model=32, d_ff=64, h=2, epochs=1, max_steps=2)
-    translator = load_trained_model(tmp_path / "model", device="cpu", data_dir=SHARED, recipe=tiny)
+    translator = load_trained_model(tmp_path / "model", device="cpu", recipe=tiny)
     assert (tmp_path / "model" / "model.safetensors").exists()
     results = json.loads((tmp_path / "model" / "results.json").read_text())
     assert results["epochs"] == 1 and set(results["test2016"]) == {"beam_1", "beam_4"}

@@ -3,24 +3,26 @@
 1. copies docs/conf.py, docs/api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
    directives into what Sphinx understands: `#| hide` cells are dropped, directive comments are
    removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
-2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and MathJax 3 (from the npm
-   package, fetched with `npm pack` into build/ once) into _static, so pages load nothing from
-   elsewhere;
+2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and the parts of MathJax 3 the
+   pages use (from the pip package sphinx-mathjax-offline: no Node, no npm) into _static, so pages
+   load nothing from elsewhere;
 3. runs sphinx-build with -W: a warning (broken reference, missing page, bad markup) fails the build.
 """
 import argparse
+import importlib.util
 import json
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
-MATHJAX_VERSION = "3.2.2"
+# The parts of MathJax 3 the pages load: the TeX-to-HTML component, its fonts, and the TeX extensions
+# that `autoload` fetches when a page uses their macros (the speech, SVG and MathML components are left out).
+MATHJAX_PARTS = ["tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions"]
 DIRECTIVE = re.compile(r"^\s*#\|.*$")
 
 
@@ -59,18 +61,18 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
 
 
 def mathjax(static: Path) -> None:
-    cache = BUILD / f"mathjax-{MATHJAX_VERSION}.tgz"
-    if not cache.exists():
-        BUILD.mkdir(exist_ok=True)
-        out = subprocess.run(["npm", "pack", f"mathjax@{MATHJAX_VERSION}", "--silent", "--pack-destination", str(BUILD)],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit(f"could not fetch MathJax with npm: {out.stderr.strip()}")
-        (BUILD / out.stdout.strip().splitlines()[-1]).rename(cache)
-    with tarfile.open(cache) as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith("package/es5/")]
-        tar.extractall(BUILD / "mathjax-extract", members=members, filter="data")
-    shutil.copytree(BUILD / "mathjax-extract" / "package" / "es5", static / "mathjax", dirs_exist_ok=True)
+    "Copy the MathJax files the pages need from the sphinx-mathjax-offline package (installed by the dev extra)."
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("MathJax not found: pip install sphinx-mathjax-offline (it is in the [dev] extra)")
+    source = Path(spec.submodule_search_locations[0]) / "static" / "mathjax"
+    for part in MATHJAX_PARTS:
+        src, dst = source / part, static / "mathjax" / part
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, dirs_exist_ok=True)
+        else:
+            shutil.copy(src, dst)
 
 
 def vega(static: Path) -> None:

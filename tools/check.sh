@@ -6,6 +6,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== 0/5 Multi30k data (\$ANNOTATED_TRANSFORMER_DATA, the user cache, the bundled test set, or a verified download)"
+# CI keeps a copy beside the checkout (offline); a newcomer's machine downloads 1.3 MB once into the cache.
+if [ -z "${ANNOTATED_TRANSFORMER_DATA:-}" ] && [ -d ../shared/data/multi30k ]; then
+  export ANNOTATED_TRANSFORMER_DATA="$(cd ../shared/data/multi30k && pwd)"
+fi
+python - <<'EOF'
+import sys
+from annotated_transformer.data import DataError, ensure_multi30k
+try:
+    found = ensure_multi30k(progress=False)
+except DataError as e:
+    sys.exit(f"FAIL: the tests need Multi30k and cannot get it: {e}")
+print("Multi30k found in", ", ".join(sorted({str(p.parent) for p in found.values()})))
+EOF
+
 echo "== 1/5 notebooks are clean (nbdev-clean)"
 before=$(git status --porcelain -- annotated_transformer nbs)
 nbdev-clean
