@@ -7,13 +7,14 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 # %% auto #0
 __all__ = ['VOCAB_FILES', 'init_cache', 'decode_step', 'reorder_cache', 'greedy_decode_cached', 'length_penalty', 'beam_search',
            'sequence_score', 'Translator', 'translate', 'bleu', 'evaluate_translator', 'evaluate', 'last_checkpoints',
-           'copy_vocabularies', 'average_checkpoints', 'add_translate_arguments', 'translate_main',
+           'copy_vocabularies', 'average_checkpoints', 'shipped_model_dir', 'add_translate_arguments', 'translate_main',
            'add_evaluate_arguments', 'evaluate_main', 'add_average_arguments', 'average_main']
 
 # %% ../nbs/10_decoding.ipynb #1bd577e0
 import argparse
 import json
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 import torch
@@ -306,9 +307,15 @@ def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one co
     return out
 
 # %% ../nbs/10_decoding.ipynb #df2fdcbe
+def shipped_model_dir() -> Path:
+    "The trained Multi30k de->en model inside the installed package (found wherever the package is installed)."
+    return Path(str(files("annotated_transformer"))) / "pretrained" / "multi30k-de-en"
+
+_CHECKPOINT_HELP = "checkpoint folder: model.safetensors, config.json, vocabularies (default: the model shipped with the package)"
+
 def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentences", nargs="*", help="German sentences (default: one per line from stdin)")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint folder (model.safetensors, config.json, vocabularies)")
+    parser.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
     parser.add_argument("--beam-size", type=int, default=4, help="beam size; 1 = greedy (default: 4)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
@@ -318,23 +325,23 @@ def translate_main(args: argparse.Namespace) -> int:
     if not sentences:
         print("nothing to translate: give sentences as arguments or on stdin", file=sys.stderr)
         return 2
-    translator = Translator.from_checkpoint(args.checkpoint, args.device)
+    translator = Translator.from_checkpoint(args.checkpoint or shipped_model_dir(), args.device)
     for line in translator.translate(sentences, beam_size=args.beam_size, alpha=args.alpha):
         print(line)
     return 0
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint folder")
-    parser.add_argument("--split", default="test", choices=["val", "test", "test2016"], help="(default: test = test2016)")
+    parser.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
+    parser.add_argument("--split", default="test", choices=["val", "test", "test2016"], help="Multi30k split (default: test = test2016)")
     parser.add_argument("--data-dir", default=None, help="Multi30k files on disk (default: download to the cache)")
     parser.add_argument("--beam-size", type=int, default=4, help="beam size; 1 = greedy (default: 4)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences")
-    parser.add_argument("--device", default=None, help="cuda, mps or cpu")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N sentences (default: all)")
+    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (default: a two-line summary)")
 
 def evaluate_main(args: argparse.Namespace) -> int:
-    res = evaluate(args.checkpoint, args.split, args.data_dir, args.beam_size, args.alpha, args.limit, args.device)
+    res = evaluate(args.checkpoint or shipped_model_dir(), args.split, args.data_dir, args.beam_size, args.alpha, args.limit, args.device)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:
@@ -343,9 +350,9 @@ def evaluate_main(args: argparse.Namespace) -> int:
     return 0
 
 def add_average_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="folder for the averaged checkpoint")
-    parser.add_argument("--inputs", nargs="*", default=[], help="checkpoint folders to average")
-    parser.add_argument("--run-dir", default=None, help="a training run folder: average its last --last epochs")
+    parser.add_argument("--out", required=True, help="folder for the averaged checkpoint (required)")
+    parser.add_argument("--inputs", nargs="*", default=[], help="checkpoint folders to average (default: none)")
+    parser.add_argument("--run-dir", default=None, help="a training run folder: average its last --last epochs (default: none)")
     parser.add_argument("--last", type=int, default=5, help="how many epoch checkpoints of --run-dir (default: 5)")
 
 def average_main(args: argparse.Namespace) -> int:

@@ -14,14 +14,13 @@ import os
 import platform
 import time
 from dataclasses import asdict, replace
-from importlib.resources import files
 from pathlib import Path
 
 import torch
 
 from .checkpoint import load_model, read_config, save_model
 from .decoding import (Translator, average_checkpoints, copy_vocabularies, evaluate_translator,
-                                            last_checkpoints)
+                                            last_checkpoints, shipped_model_dir)
 from .train import TrainConfig, train
 
 # %% ../nbs/11_pretrained.ipynb #f6b088f0
@@ -31,7 +30,7 @@ AVERAGE_LAST = 5  # epoch checkpoints averaged into the shipped model
 
 def pretrained_dir() -> Path:
     "Where the package keeps its trained Multi30k de->en weights (`annotated_transformer/pretrained/multi30k-de-en`)."
-    return Path(str(files("annotated_transformer"))) / "pretrained" / "multi30k-de-en"
+    return shipped_model_dir()
 
 def hardware() -> str:
     "A short description of the machine that runs this code, for results records."
