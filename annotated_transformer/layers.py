@@ -14,44 +14,21 @@ import math
 import torch
 from torch import nn
 
-# %% ../nbs/02_layers.ipynb #037cb8bd
-class _ReluDropout(torch.autograd.Function):
-    "dropout(relu(h)) that stores only its output for the backward pass."
-    @staticmethod
-    def forward(ctx, h, p: float):
-        out = h.relu()
-        scale = 1.0
-        if p > 0:
-            scale = 1.0 / (1.0 - p)
-            out.masked_fill_(torch.rand_like(out) < p, 0.0).mul_(scale)
-        ctx.scale = scale
-        ctx.save_for_backward(out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        (out,) = ctx.saved_tensors
-        return grad_out * (out > 0) * ctx.scale, None
-
 # %% ../nbs/02_layers.ipynb #1792610f
 class PositionwiseFeedForward(nn.Module):
     "FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position independently (equation 2)."
     def __init__(self,
                  d_model: int,  # input and output width
                  d_ff: int,  # inner width (2048 in the base model)
-                 dropout: float = 0.1,  # dropout on the inner activations
-                 explicit: bool = False):  # True: plain relu + nn.Dropout (autograd keeps both results)
+                 dropout: float = 0.1):  # dropout on the inner activations
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.explicit = explicit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, d_model) -> same
-        h = self.w_1(x)  # (batch, seq, d_ff)
-        if self.explicit or not torch.is_grad_enabled():
-            return self.w_2(self.dropout(h.relu()))
-        return self.w_2(_ReluDropout.apply(h, self.dropout.p if self.training else 0.0))
+        h = self.w_1(x).relu()  # (batch, seq, d_ff)
+        return self.w_2(self.dropout(h))
 
 # %% ../nbs/02_layers.ipynb #44719a1c
 def check_token_ids(x: torch.Tensor,  # integer token ids, any shape
@@ -115,48 +92,20 @@ class PositionalEncoding(nn.Module):
                              f"max_len={self.max_len}; build the model with a larger max_len")
         return self.dropout(x + self.pe[:, start:end])
 
-# %% ../nbs/02_layers.ipynb #5b54c5c6
-class _LayerNormFunction(torch.autograd.Function):
-    "a * (x - mean) / (std + eps) + b with a backward pass that stores only x and per-row statistics."
-    @staticmethod
-    def forward(ctx, x, a, b, eps):
-        std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # (..., 1) each, unbiased std
-        denom = std + eps  # D
-        ctx.save_for_backward(x, a, mean, denom, std)
-        return torch.addcmul(b, a, (x - mean) / denom)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, a, mean, denom, std = ctx.saved_tensors
-        n = x.size(-1)
-        d = x - mean  # (..., n)
-        x_hat = d / denom
-        lead = tuple(range(x.dim() - 1))
-        grad_a = (grad_out * x_hat).sum(lead)
-        grad_b = grad_out.sum(lead)
-        g = grad_out * a  # gradient at x_hat
-        gd = (g * d).sum(-1, keepdim=True)  # sum_k g_k d_k, (..., 1)
-        grad_x = (g - g.mean(-1, keepdim=True)) / denom - d * (gd / (denom.square() * (n - 1) * std.clamp_min(1e-30)))
-        return grad_x, grad_a, grad_b, None
-
 # %% ../nbs/02_layers.ipynb #fb63fffe
 class LayerNorm(nn.Module):
     "a * (x - mean) / (std + eps) + b over the last axis, with the unbiased std (2022 Annotated Transformer)."
     def __init__(self,
                  features: int,  # width of the last axis
-                 eps: float = 1e-6,  # added to the standard deviation
-                 explicit: bool = False):  # True: the formula as written (autograd keeps every intermediate)
+                 eps: float = 1e-6):  # added to the standard deviation
         super().__init__()
         self.a_2 = nn.Parameter(torch.ones(features))  # gain a
         self.b_2 = nn.Parameter(torch.zeros(features))  # bias b
         self.eps = eps
-        self.explicit = explicit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., features) -> same
-        if self.explicit:
-            std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # unbiased std, (..., 1) each
-            return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
-        return _LayerNormFunction.apply(x, self.a_2, self.b_2, self.eps)
+        std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # unbiased std, (..., 1) each
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
 
 # %% ../nbs/02_layers.ipynb #d8d5595b
 class SublayerConnection(nn.Module):

@@ -49,9 +49,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.attention import capture_attention
-from annotated_transformer.layers import LayerNorm, PositionwiseFeedForward, sinusoid_table
+from annotated_transformer.batches import Batch
+from annotated_transformer.fast import speed_up
+from annotated_transformer.layers import sinusoid_table
 from annotated_transformer.model import make_model, subsequent_mask
-from annotated_transformer.training import (Batch, LabelSmoothing, SimpleLossCompute, autocast_context,
+from annotated_transformer.training import (LabelSmoothing, SimpleLossCompute, autocast_context,
                                             make_grad_scaler, resolve_precision)
 
 SIZES = {"small": dict(N=2, d_model=256, d_ff=1024, h=4), "base": dict(N=6, d_model=512, d_ff=2048, h=8)}
@@ -103,15 +105,14 @@ def build(kind, size, device, precision):
         model = TorchTransformer(**SIZES[size])
         step_loss = model.loss
     else:
-        model = make_model(SRC_VOCAB, TGT_VOCAB, **SIZES[size])
+        model = make_model(SRC_VOCAB, TGT_VOCAB, **SIZES[size])  # the plain teaching model
+        if kind != "explicit":
+            speed_up(model)  # the fast kernels of the "Making it fast" chapter
         crit = SimpleLossCompute(model.generator, LabelSmoothing(TGT_VOCAB, PAD, 0.1, explicit=kind == "explicit"))
         forward = torch.compile(model) if kind == "fast+compile" else model
         def step_loss(b):
             return crit(forward(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
-        if kind == "explicit":
-            for m in model.modules():  # LayerNorm as the formula is written
-                if isinstance(m, (LayerNorm, PositionwiseFeedForward)):
-                    m.explicit = True
+        if kind == "explicit":  # keep every attention map, as the teaching path does
             inner = step_loss
             def step_loss(b):
                 with capture_attention(model):

@@ -4,7 +4,8 @@ import torch
 
 from annotated_transformer.checkpoint import load_model, save_model
 from annotated_transformer.data import BOS, EOS, SPECIALS, Vocab
-from annotated_transformer.decoding import average_checkpoints, beam_search, greedy_decode_cached, translate
+from annotated_transformer.decoding import beam_search, greedy_decode_cached, translate
+from annotated_transformer.evaluation import average_checkpoints
 from annotated_transformer.model import ModelConfig, build_model
 from annotated_transformer.training import greedy_decode
 

@@ -117,9 +117,9 @@ def test_every_page_loads_cleanly_and_offline(site_url, browser):
 
 def test_charts_math_and_tooltips(site_url, browser):
     page = browser.new_page()
-    page.goto(site_url + "07_viz.html", wait_until="networkidle")
-    assert len(expected_charts("07_viz.html")) >= 8
-    wait_for_charts(page, "07_viz.html")
+    page.goto(site_url + "09_viz.html", wait_until="networkidle")
+    assert len(expected_charts("09_viz.html")) >= 8
+    wait_for_charts(page, "09_viz.html")
     # hover a cell of the decoder-source attention map: the tooltip shows the token pair and the weight
     att = page.locator(".vega-embed", has_text="key (source)").first
     att.scroll_into_view_if_needed()
@@ -129,7 +129,7 @@ def test_charts_math_and_tooltips(site_url, browser):
     tooltip.wait_for(state="visible", timeout=5000)
     text = tooltip.inner_text()
     assert "query (target)" in text and "key (source)" in text and "weight" in text
-    for name in ("01_attention.html", "02_layers.html", "04_training.html"):
+    for name in ("01_attention.html", "02_layers.html", "05_training.html"):
         page.goto(site_url + name, wait_until="networkidle")
         page.locator("mjx-container").first.wait_for(state="attached", timeout=15000)
         assert page.locator("mjx-container").count() > 3, f"{name}: math not rendered"

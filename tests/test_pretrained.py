@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.data import load_multi30k
-from annotated_transformer.decoding import bleu
+from annotated_transformer.evaluation import bleu
 from annotated_transformer.pretrained import RECIPE, load_trained_model, pretrained_dir
 
 

@@ -56,7 +56,7 @@ def test_one_copy_task_time_everywhere():
     from annotated_transformer.cli import build_parser
     flat = lambda text: " ".join(text.split())
     assert COPY_TASK_TIME in flat(README)
-    assert COPY_TASK_TIME in flat((ROOT / "nbs" / "06_copy_task.ipynb").read_text().replace('\\n",\n    "', " "))
+    assert COPY_TASK_TIME in flat((ROOT / "nbs" / "08_copy_task.ipynb").read_text().replace('\\n",\n    "', " "))
     assert COPY_TASK_TIME in flat(build_parser().format_help())
     assert not re.search(r"copy.task[^\n]*(a minute|~\d+ ?s\b)", README), "another copy-task time in the README"
 
