@@ -9,7 +9,7 @@ __all__ = ['COPY_TASK_TIME', 'copy_batches', 'CopyTaskConfig', 'copy_model', 'tr
 
 # %% ../nbs/08_copy_task.ipynb #c1581594
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -46,11 +46,7 @@ class CopyTaskConfig:
     "Settings of a copy-task run."
     vocab: int = 11  # symbols, including padding (0) and start (1)
     seq_len: int = 10  # sequence length
-    N: int = 2  # layers
-    d_model: int = 64  # model width
-    d_ff: int = 128  # feed-forward width
-    h: int = 4  # heads
-    dropout: float = 0.1  # dropout
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=2, d_model=64, d_ff=128, h=4, dropout=0.1))  # the model (vocabularies: `vocab`)
     epochs: int = 20  # passes
     batches_per_epoch: int = 20  # training batches per epoch
     batch_size: int = 80  # sequences per batch
@@ -60,10 +56,13 @@ class CopyTaskConfig:
     seed: int = 0  # seed of the model and of the data
     precision: str = "auto"  # auto (bf16 or fp16 on a GPU, fp32 on the CPU), fp32, bf16 or fp16
 
+    def __post_init__(self):
+        if isinstance(self.model, dict):  # read back from a checkpoint's JSON
+            self.model = ModelConfig.from_dict(self.model)
+
 def copy_model(cfg: CopyTaskConfig) -> EncoderDecoder:
     "The model for the copy task (same vocabulary on both sides), with the fast kernels switched on."
-    return speed_up(build_model(ModelConfig(cfg.vocab, cfg.vocab, N=cfg.N, d_model=cfg.d_model, d_ff=cfg.d_ff,
-                                   h=cfg.h, dropout=cfg.dropout)))
+    return speed_up(build_model(cfg.model.with_vocab(cfg.vocab, cfg.vocab)))
 
 def _epoch_data(cfg: CopyTaskConfig, epoch: int, split: str):
     "Batches of one epoch, from a generator seeded by (seed, epoch, split)."
@@ -88,7 +87,7 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
         model = copy_model(cfg)
     model.to(device)
     if optimizer is None:
-        optimizer, scheduler = make_optimizer(model, cfg.d_model, cfg.factor, cfg.warmup)
+        optimizer, scheduler = make_optimizer(model, cfg.model.d_model, cfg.factor, cfg.warmup)
     loss_compute = SimpleLossCompute(model.generator, LabelSmoothing(cfg.vocab, 0, cfg.smoothing))
     state, history = train_state or TrainState(), []
     for epoch in range(start_epoch, cfg.epochs):

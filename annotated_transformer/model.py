@@ -11,7 +11,7 @@ __all__ = ['PRESETS', 'EncoderDecoder', 'Generator', 'EncoderLayer', 'Encoder', 
 # %% ../nbs/03_model.ipynb #19f1471e
 import copy
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 from torch import nn
@@ -148,8 +148,8 @@ PRESETS = {
 @dataclass
 class ModelConfig:
     "Every hyperparameter of a Transformer built by `make_model`; JSON-serialisable."
-    src_vocab: int  # source vocabulary size
-    tgt_vocab: int  # target vocabulary size
+    src_vocab: int = 0  # source vocabulary size (0 until the data is known: training fills it in)
+    tgt_vocab: int = 0  # target vocabulary size (0 until the data is known)
     N: int = 6  # layers in encoder and in decoder
     d_model: int = 512  # model width
     d_ff: int = 2048  # feed-forward inner width
@@ -159,8 +159,33 @@ class ModelConfig:
     pre_norm: bool = True  # True: Annotated Transformer layout; False: the paper's post-norm
     max_len: int = 5000  # longest sequence the positional encoding covers
 
+    def __post_init__(self):
+        problem = self.problem()
+        if problem:
+            raise ValueError(f"invalid model configuration: {problem}")
+
+    def problem(self) -> str | None:
+        "What is wrong with these settings, in one sentence (None if nothing)."
+        if self.N < 1:
+            return f"N={self.N}: the encoder and the decoder need at least 1 layer"
+        if self.h < 1 or self.d_model < 1 or self.d_model % self.h:
+            return f"d_model={self.d_model} must be a positive multiple of the number of heads h={self.h}"
+        if self.d_model % 2:
+            return f"d_model={self.d_model} must be even (the positional encoding pairs sines and cosines)"
+        if self.d_ff < 1 or self.max_len < 1:
+            return f"d_ff={self.d_ff} and max_len={self.max_len} must be at least 1"
+        if not 0 <= self.dropout < 1:
+            return f"dropout={self.dropout} must be in [0, 1)"
+        if self.src_vocab < 0 or self.tgt_vocab < 0:
+            return f"vocabulary sizes {self.src_vocab}/{self.tgt_vocab} cannot be negative"
+        return None
+
+    def with_vocab(self, src_vocab: int, tgt_vocab: int) -> "ModelConfig":
+        "These settings with the vocabulary sizes of the data."
+        return replace(self, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+
     @classmethod
-    def preset(cls, name: str, src_vocab: int, tgt_vocab: int, **overrides) -> "ModelConfig":
+    def preset(cls, name: str, src_vocab: int = 0, tgt_vocab: int = 0, **overrides) -> "ModelConfig":
         "A named preset ('small', 'base', 'big') with optional overrides."
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -181,6 +206,8 @@ class ModelConfig:
 # %% ../nbs/03_model.ipynb #a3a8e805
 def build_model(cfg: ModelConfig) -> EncoderDecoder:
     "Construct and initialise the Transformer described by `cfg`."
+    if cfg.src_vocab < 1 or cfg.tgt_vocab < 1:
+        raise ValueError(f"vocabulary sizes {cfg.src_vocab}/{cfg.tgt_vocab}: both must be set (at least 1)")
     if cfg.tie_embeddings and cfg.src_vocab != cfg.tgt_vocab:
         raise ValueError(f"tie_embeddings needs one shared vocabulary, got src_vocab={cfg.src_vocab} "
                          f"and tgt_vocab={cfg.tgt_vocab}")

@@ -19,13 +19,14 @@ from pathlib import Path
 import torch
 
 from .checkpoint import load_model, read_config, save_model
+from .model import ModelConfig
 from .decoding import Translator, shipped_model_dir
 from .evaluation import average_checkpoints, copy_vocabularies, evaluate_translator, last_checkpoints
 from .train import TrainConfig, train
 
 # %% ../nbs/14_pretrained.ipynb #f6b088f0
-RECIPE = TrainConfig(out_dir="runs/multi30k", N=3, d_model=256, d_ff=1024, h=8, dropout=0.1, min_freq=2,
-                     max_tokens=2500, epochs=12, warmup=800, smoothing=0.1, seed=0)
+RECIPE = TrainConfig(out_dir="runs/multi30k", model=ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1),
+                     min_freq=2, max_tokens=2500, epochs=12, warmup=800, smoothing=0.1, seed=0)
 AVERAGE_LAST = 5  # epoch checkpoints averaged into the shipped model
 
 def pretrained_dir() -> Path:

@@ -12,7 +12,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -36,13 +36,8 @@ class TrainConfig:
     "Settings of a Multi30k training run (saved as train_config.json)."
     out_dir: str = "runs/multi30k"  # checkpoints and vocabularies go here
     data_dir: str | None = None  # Multi30k files on disk; None: download to the cache
-    preset: str | None = None  # 'small', 'base' or 'big' (overrides the five sizes below)
-    N: int = 3  # layers
-    d_model: int = 256  # model width
-    d_ff: int = 1024  # feed-forward width
-    h: int = 8  # heads
-    dropout: float = 0.1  # dropout
-    pre_norm: bool = True  # pre-norm (True) or the paper's post-norm
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1))  # the model (vocabulary sizes come from the data)
+    preset: str | None = None  # small, base or big: the model's N, d_model, d_ff, h and dropout from PRESETS
     min_freq: int = 2  # vocabulary threshold
     max_tokens: int = 2500  # padded tokens per batch per process
     accum_iter: int = 1  # micro-batches per optimizer step
@@ -56,10 +51,16 @@ class TrainConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests)
     keep_epochs: bool = True  # keep a weights-only checkpoint of every epoch (for averaging)
 
+    def __post_init__(self):
+        if isinstance(self.model, dict):  # read back from train_config.json
+            self.model = ModelConfig.from_dict(self.model)
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
+
     def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-        sizes = PRESETS[self.preset] if self.preset else dict(N=self.N, d_model=self.d_model, d_ff=self.d_ff,
-                                                               h=self.h, dropout=self.dropout)
-        return ModelConfig(src_vocab, tgt_vocab, pre_norm=self.pre_norm, **sizes)
+        "The model's settings for vocabularies of these sizes (with the preset's sizes if one is named)."
+        model = replace(self.model, **PRESETS[self.preset]) if self.preset else self.model
+        return model.with_vocab(src_vocab, tgt_vocab)
 
 # %% ../nbs/11_train.ipynb #c6d550b3
 @dataclass

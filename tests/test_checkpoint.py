@@ -6,10 +6,10 @@ import torch
 
 from annotated_transformer.checkpoint import load_checkpoint, load_model, load_weights, save_checkpoint, save_model
 from annotated_transformer.copy_task import CopyTaskConfig, copy_model, train_copy_task
-from annotated_transformer.model import make_model
+from annotated_transformer.model import ModelConfig, make_model
 from annotated_transformer.training import make_optimizer, set_seed
 
-CFG = CopyTaskConfig(epochs=4, batches_per_epoch=5, batch_size=16, d_model=32, d_ff=64, seed=3)
+CFG = CopyTaskConfig(epochs=4, batches_per_epoch=5, batch_size=16, model=ModelConfig(N=2, d_model=32, d_ff=64, h=4), seed=3)
 
 
 def test_resume_reproduces_uninterrupted_losses(tmp_path):
@@ -23,7 +23,7 @@ def test_resume_reproduces_uninterrupted_losses(tmp_path):
     torch.rand(100)
 
     model = copy_model(CFG)
-    optimizer, scheduler = make_optimizer(model, CFG.d_model, CFG.factor, CFG.warmup)
+    optimizer, scheduler = make_optimizer(model, CFG.model.d_model, CFG.factor, CFG.warmup)
     state, extra = load_checkpoint(ckpt, model, optimizer, scheduler)
     assert extra["epoch"] == 1 and state.step == 2 * CFG.batches_per_epoch
     _, second = train_copy_task(CFG, device="cpu", progress=False, model=model, optimizer=optimizer,

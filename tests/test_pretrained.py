@@ -22,7 +22,7 @@ def test_shipped_files_are_small_and_complete():
     total = sum(p.stat().st_size for p in folder.iterdir())
     assert total < 30e6, f"{total / 1e6:.1f} MB is over the 30 MB budget for committed weights"
     config = json.loads((folder / "config.json").read_text())["model"]
-    assert (config["N"], config["d_model"], config["d_ff"], config["h"]) == (RECIPE.N, RECIPE.d_model, RECIPE.d_ff, RECIPE.h)
+    assert (config["N"], config["d_model"], config["d_ff"], config["h"]) == (RECIPE.model.N, RECIPE.model.d_model, RECIPE.model.d_ff, RECIPE.model.h)
 
 
 def test_translates_simple_sentences(translator):
@@ -40,7 +40,8 @@ def test_reproduces_recorded_bleu(translator):
 
 
 def test_load_trained_model_trains_when_weights_are_missing(tmp_path, multi30k):
-    tiny = replace(RECIPE, out_dir=str(tmp_path / "run"), N=1, d_model=32, d_ff=64, h=2, epochs=1, max_steps=2)
+    tiny = replace(RECIPE, out_dir=str(tmp_path / "run"), model=replace(RECIPE.model, N=1, d_model=32, d_ff=64, h=2),
+                   epochs=1, max_steps=2)
     translator = load_trained_model(tmp_path / "model", device="cpu", recipe=tiny)
     assert (tmp_path / "model" / "model.safetensors").exists()
     results = json.loads((tmp_path / "model" / "results.json").read_text())
