@@ -107,6 +107,30 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
     "Wu et al. (2016): ((5 + length) / 6) ** alpha, length = output tokens including </s>."
     return ((5.0 + length.float()) / 6.0) ** alpha
 
+def _next_token_logp(logp: torch.Tensor,  # (rows, V) log-probabilities from the model
+                     finished: torch.Tensor, lengths: torch.Tensor, limits: torch.Tensor,  # (rows,) each
+                     end_symbol: int) -> torch.Tensor:  # (rows, V)
+    "A beam that has ended can only repeat </s>, at no cost; a beam at its length limit must end now."
+    forced_end = finished | (lengths + 1 >= limits)
+    end_logp = torch.where(finished, torch.zeros_like(logp[:, end_symbol]), logp[:, end_symbol])
+    logp = logp.masked_fill(forced_end.unsqueeze(1), float("-inf"))
+    logp[:, end_symbol] = torch.where(forced_end, end_logp, logp[:, end_symbol])
+    return logp
+
+def _best_continuations(scores: torch.Tensor,  # (rows,) summed log-probabilities, rows = sentences x K
+                        logp: torch.Tensor,  # (rows, V) of the next token
+                        new_len: torch.Tensor,  # (rows,) lengths after this step
+                        K: int, alpha: float):
+    "The K best continuations of each sentence under the length penalty: source rows, words, summed scores."
+    V = logp.size(-1)
+    cand = scores.unsqueeze(1) + logp  # (rows, V) summed log-probabilities
+    ranked = cand / length_penalty(new_len, alpha).unsqueeze(1)
+    top = ranked.view(-1, K * V).topk(K, dim=1).indices  # (sentences, K)
+    beam, word = top // V, top % V
+    rows = (torch.arange(beam.size(0), device=scores.device).unsqueeze(1) * K + beam).view(-1)  # (sentences*K,)
+    word = word.view(-1)
+    return rows, word, cand[rows, word]
+
 @torch.no_grad()
 def beam_search(model: EncoderDecoder,
                 src: torch.Tensor,  # (batch, src_len)
@@ -117,16 +141,13 @@ def beam_search(model: EncoderDecoder,
                 start_symbol: int = BOS, end_symbol: int = EOS,
                 ) -> tuple[list[list[int]], torch.Tensor]:  # best output ids (no <s>, no </s>) and scores
     "Batched beam search with a key/value cache and the GNMT length penalty."
-    B, K = src.size(0), beam_size
-    device = src.device
+    B, K, device = src.size(0), beam_size, src.device
     limits = src_mask.reshape(B, -1).sum(-1).repeat_interleave(K) + max_extra  # (B*K,) max generated tokens
     memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)  # (B*K, src_len, d_model)
     mask = src_mask.repeat_interleave(K, dim=0)
     cache = init_cache(model, memory)
     tokens = torch.full((B * K, 1), start_symbol, dtype=torch.long, device=device)
-    scores = torch.zeros(B, K, device=device)
-    scores[:, 1:] = float("-inf")  # all beams start identical: keep one
-    scores = scores.view(-1)  # (B*K,) summed log-probabilities
+    scores = torch.zeros(B, K, device=device).index_fill_(1, torch.arange(1, K, device=device), float("-inf")).view(-1)
     lengths = torch.zeros(B * K, dtype=torch.long, device=device)  # generated tokens, </s> included
     finished = torch.zeros(B * K, dtype=torch.bool, device=device)
     sentence = torch.arange(B, device=device)  # which input sentence each group of K rows belongs to
@@ -143,20 +164,9 @@ def beam_search(model: EncoderDecoder,
 
     for position in range(int(limits.max())):
         logp = model.generator(decode_step(model, tokens[:, -1], position, cache, mask)).float()  # (B*K, V)
-        V = logp.size(-1)
-        forced_end = finished | (lengths + 1 >= limits)  # finished, or must end now
-        end_logp = torch.where(finished, torch.zeros_like(logp[:, end_symbol]), logp[:, end_symbol])
-        logp = logp.masked_fill(forced_end.unsqueeze(1), float("-inf"))
-        logp[:, end_symbol] = torch.where(forced_end, end_logp, logp[:, end_symbol])
-        new_len = lengths + (~finished).long()  # (B*K,)
-        cand = scores.unsqueeze(1) + logp  # (B*K, V) summed log-probabilities
-        ranked = cand / length_penalty(new_len, alpha).unsqueeze(1)
-        top = ranked.view(-1, K * V).topk(K, dim=1).indices  # (active, K)
-        beam, word = top // V, top % V
-        rows = (torch.arange(beam.size(0), device=device).unsqueeze(1) * K + beam).view(-1)  # (active*K,) source rows
-        word = word.view(-1)
-        scores = cand[rows, word]
-        lengths = new_len[rows]
+        logp = _next_token_logp(logp, finished, lengths, limits, end_symbol)
+        rows, word, scores = _best_continuations(scores, logp, lengths + (~finished).long(), K, alpha)
+        lengths = (lengths + (~finished).long())[rows]
         finished = finished[rows] | (word == end_symbol)
         tokens = torch.cat([tokens[rows], word.unsqueeze(1)], dim=1)
         done = finished.view(-1, K).all(dim=1)  # (active,) every beam of the sentence has ended

@@ -104,33 +104,40 @@ def _save_vocabs(path: Path, data: TranslationData) -> None:
 
 def _unwrap(model): return model.module if isinstance(model, DistributedDataParallel) else model
 
-def train(cfg: TrainConfig,  # the run's settings
-          device: str | None = None,  # default: best available (or the process's GPU under torchrun)
-          progress: bool = True,  # progress bars and per-epoch lines (rank 0 only)
-          data: TranslationData | None = None,  # reuse already-built data and vocabularies
-          ) -> list[dict]:  # one record per epoch run: losses, time, steps
-    "Train a translation model on Multi30k as configured; resumes from out_dir/last if present."
-    info = setup_distributed(device)
-    out = Path(cfg.out_dir)
-    talk = progress and info.is_main
-    if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        saved = out / "train_config.json"
-        if (out / "last").exists() and saved.exists():
-            before = json.loads(saved.read_text())
-            changed = {k for k in before if k not in ("epochs", "max_steps") and before[k] != asdict(cfg).get(k)}
-            if changed:
-                raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
-                                 "use another out_dir or the same settings to resume")
-        saved.write_text(json.dumps(asdict(cfg), indent=2))
-    if data is None:
-        vocabs = {}
-        if (out / "last" / "src_vocab.json").exists():  # resuming: reuse the run's vocabularies
-            vocabs = dict(src_vocab=Vocab.load(out / "last" / "src_vocab.json"),
-                          tgt_vocab=Vocab.load(out / "last" / "tgt_vocab.json"))
-        data = TranslationData(cfg.data_dir, cfg.min_freq, progress=talk, **vocabs)
-    train_pairs, val_pairs = data.encoded("train"), data.encoded("val")
+def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
+    "Create the run folder, refuse to resume a run made with other settings, and save the settings."
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "train_config.json"
+    if (out / "last").exists() and saved.exists():
+        before = json.loads(saved.read_text())
+        changed = {k for k in before if k not in ("epochs", "max_steps") and before[k] != asdict(cfg).get(k)}
+        if changed:
+            raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
+                             "use another out_dir or the same settings to resume")
+    saved.write_text(json.dumps(asdict(cfg), indent=2))
 
+def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
+    "The data and vocabularies: a resumed run reuses the vocabularies it was started with."
+    vocabs = {}
+    if (out / "last" / "src_vocab.json").exists():
+        vocabs = dict(src_vocab=Vocab.load(out / "last" / "src_vocab.json"),
+                      tgt_vocab=Vocab.load(out / "last" / "tgt_vocab.json"))
+    return TranslationData(cfg.data_dir, cfg.min_freq, progress=talk, **vocabs)
+
+@dataclass
+class _Run:
+    "Everything a training run carries from epoch to epoch."
+    model: torch.nn.Module  # the fast model (its plain weights are what checkpoints hold)
+    step_model: torch.nn.Module  # what the training steps call: the model, or its DDP wrapper
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    loss_compute: SimpleLossCompute
+    state: TrainState
+    start_epoch: int  # first epoch still to run
+    best: float  # best validation loss so far
+
+def _start_run(cfg: TrainConfig, data: TranslationData, info: DistInfo, out: Path, talk: bool) -> _Run:
+    "Build the model, optimizer and schedule, and resume them from out/last if a run was interrupted."
     set_seed(cfg.seed)
     model = speed_up(build_model(cfg.model_config(len(data.src_vocab), len(data.tgt_vocab)))).to(info.device)
     optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
@@ -140,53 +147,74 @@ def train(cfg: TrainConfig,  # the run's settings
         start_epoch, best = extra["epoch"] + 1, extra["best_val_loss"]
         if talk:
             print(f"resuming from {out / 'last'} after epoch {extra['epoch'] + 1} (step {state.step})")
-    ddp_model = DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None) \
-        if info.world_size > 1 else model
-    criterion = LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)
-    loss_compute = SimpleLossCompute(model.generator, criterion)
-    lengths = [max(len(s), len(t)) for s, t in train_pairs]
-    sampler = TokenBucketSampler(lengths, cfg.max_tokens, seed=cfg.seed, num_replicas=info.world_size, rank=info.rank)
+    step_model = model if info.world_size == 1 else \
+        DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
+    loss_compute = SimpleLossCompute(model.generator, LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing))
+    return _Run(model, step_model, optimizer, scheduler, loss_compute, state, start_epoch, best)
+
+def _run_epoch(cfg: TrainConfig, run: _Run, epoch: int, train_batches, val_batches, total: int, info: DistInfo,
+               talk: bool) -> dict:
+    "Train one epoch and measure the validation loss: the epoch's record."
+    t0 = time.perf_counter()
+    if cfg.max_steps is not None:  # stop at max_steps optimizer steps (smoke tests)
+        train_batches = (b for b, _ in zip(train_batches, range((cfg.max_steps - run.state.step) * cfg.accum_iter)))
+    train_loss, run.state = run_epoch(train_batches, run.step_model, run.loss_compute, run.optimizer, run.scheduler,
+                                      accum_iter=cfg.accum_iter, train_state=run.state, max_grad_norm=cfg.max_grad_norm,
+                                      precision=cfg.precision, progress=talk, total=total,
+                                      desc=f"epoch {epoch + 1}/{cfg.epochs}", loss_norm=global_token_norm(info))
+    val_loss, _ = run_epoch(val_batches, run.model, run.loss_compute, mode="eval", precision=cfg.precision,
+                            progress=False)
+    return dict(epoch=epoch + 1, train_loss=train_loss, val_loss=val_loss, step=run.state.step,
+                seconds=round(time.perf_counter() - t0, 1))
+
+def _save_epoch(out: Path, cfg: TrainConfig, run: _Run, data: TranslationData, record: dict) -> None:
+    "Write last/ (resumable), epoch_NNN/ and, if the validation loss is the best so far, best/; log the record."
+    epoch = record["epoch"]
+    run.best = min(run.best, record["val_loss"])
+    extra_config = {"src_lang": "de", "tgt_lang": "en", "train": asdict(cfg), "epoch": epoch}
+    save_checkpoint(out / "last", run.model, run.optimizer, run.scheduler, run.state,
+                    extra={"epoch": epoch - 1, "best_val_loss": run.best}, extra_config=extra_config)
+    weights_only = ([f"epoch_{epoch:03d}"] if cfg.keep_epochs else []) + (["best"] if record["val_loss"] <= run.best else [])
+    for folder in weights_only:
+        save_model(run.model, out / folder, extra_config=extra_config)
+    for folder in ["last"] + weights_only:
+        _save_vocabs(out / folder, data)
+    with open(out / "history.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+def train(cfg: TrainConfig,  # the run's settings
+          device: str | None = None,  # default: best available (or the process's GPU under torchrun)
+          progress: bool = True,  # progress bars and per-epoch lines (rank 0 only)
+          data: TranslationData | None = None,  # reuse already-built data and vocabularies
+          ) -> list[dict]:  # one record per epoch run: losses, time, steps
+    "Train a translation model on Multi30k as configured; resumes from out_dir/last if present."
+    info = setup_distributed(device)
+    out, talk = Path(cfg.out_dir), progress and info.is_main
+    if info.is_main:
+        _prepare_out_dir(out, cfg)
+    data = data if data is not None else _load_data(cfg, out, talk)
+    train_pairs, val_pairs = data.encoded("train"), data.encoded("val")
+    run = _start_run(cfg, data, info, out, talk)
+    sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in train_pairs], cfg.max_tokens, seed=cfg.seed,
+                                 num_replicas=info.world_size, rank=info.rank)
     val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in val_pairs], cfg.max_tokens, shuffle=False)
     if talk:
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"{n_params / 1e6:.1f}M parameters, vocabularies {len(data.src_vocab)}/{len(data.tgt_vocab)}, "
-              f"{len(sampler)} batches per epoch per process, {info.world_size} process(es) on {info.device}, "
-              f"precision {resolve_precision(info.device, cfg.precision)}")
+        print(f"{sum(p.numel() for p in run.model.parameters()) / 1e6:.1f}M parameters, vocabularies "
+              f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
+              f"{info.world_size} process(es) on {info.device}, precision {resolve_precision(info.device, cfg.precision)}")
     history = []
-    for epoch in range(start_epoch, cfg.epochs):
-        if cfg.max_steps is not None and state.step >= cfg.max_steps:
+    for epoch in range(run.start_epoch, cfg.epochs):
+        if cfg.max_steps is not None and run.state.step >= cfg.max_steps:
             break
         sampler.set_epoch(epoch)
-        t0 = time.perf_counter()
-        epoch_batches = batches(train_pairs, sampler)
-        if cfg.max_steps is not None:
-            epoch_batches = (b for b, _ in zip(epoch_batches, range((cfg.max_steps - state.step) * cfg.accum_iter)))
-        train_loss, state = run_epoch(epoch_batches, ddp_model, loss_compute, optimizer, scheduler,
-                                      accum_iter=cfg.accum_iter, train_state=state, max_grad_norm=cfg.max_grad_norm,
-                                      precision=cfg.precision, progress=talk, total=len(sampler),
-                                      desc=f"epoch {epoch + 1}/{cfg.epochs}", loss_norm=global_token_norm(info))
-        val_loss, _ = run_epoch(batches(val_pairs, val_sampler), model, loss_compute, mode="eval",
-                                precision=cfg.precision, progress=False)
-        record = dict(epoch=epoch + 1, train_loss=train_loss, val_loss=val_loss, step=state.step,
-                      seconds=round(time.perf_counter() - t0, 1))
+        record = _run_epoch(cfg, run, epoch, batches(train_pairs, sampler), batches(val_pairs, val_sampler),
+                            len(sampler), info, talk)
         history.append(record)
         if info.is_main:
-            best = min(best, val_loss)
-            extra_config = {"src_lang": "de", "tgt_lang": "en", "train": asdict(cfg), "epoch": epoch + 1}
-            for folder, resumable in ([("last", True)] + ([(f"epoch_{epoch + 1:03d}", False)] if cfg.keep_epochs else [])
-                                      + ([("best", False)] if val_loss <= best else [])):
-                path = out / folder
-                if resumable:
-                    save_checkpoint(path, model, optimizer, scheduler, state,
-                                    extra={"epoch": epoch, "best_val_loss": best}, extra_config=extra_config)
-                else:
-                    save_model(model, path, extra_config=extra_config)
-                _save_vocabs(path, data)
-            with open(out / "history.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
-            if talk:
-                print(f"epoch {epoch + 1:3d}  train loss {train_loss:.3f}  val loss {val_loss:.3f}  "
-                      f"step {state.step}  lr {optimizer.param_groups[0]['lr']:.2e}  {record['seconds']:.0f}s")
+            _save_epoch(out, cfg, run, data, record)
+        if talk:
+            print(f"epoch {epoch + 1:3d}  train loss {record['train_loss']:.3f}  val loss {record['val_loss']:.3f}  "
+                  f"step {run.state.step}  lr {run.optimizer.param_groups[0]['lr']:.2e}  {record['seconds']:.0f}s")
     if info.world_size > 1:
         dist.barrier()
     return history

@@ -177,6 +177,12 @@ class TrainState:
 
     def to_dict(self) -> dict: return asdict(self)
 
+    def add_batch(self, batch) -> None:
+        "Count one micro-batch that was back-propagated."
+        self.accum_step += 1
+        self.samples += batch.src.size(0)
+        self.tokens += batch.ntokens
+
 # %% ../nbs/05_training.ipynb #dc5b6a8f
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 _AUTOCAST_DEVICES = ("cuda", "cpu")  # device types on which mixed precision is offered
@@ -236,6 +242,49 @@ def _optimizer_step(model, optimizer, scheduler, scaler, max_grad_norm, state):
         scheduler.step()
     state.step += 1
 
+def _vocab_sizes(model: nn.Module) -> tuple[int, int] | None:
+    "(source, target) vocabulary sizes of an `EncoderDecoder`, or of the one inside a DDP wrapper."
+    config = getattr(getattr(model, "module", model), "config", None)
+    return (config.src_vocab, config.tgt_vocab) if config is not None else None
+
+def _check_batch_ids(batch: Batch, vocab_sizes: tuple[int, int]) -> None:
+    "Token ids within the vocabularies; checked while the batch is on the CPU (on a GPU it would cost a host sync)."
+    check_token_ids(batch.src, vocab_sizes[0], "source token id")
+    for ids in (batch.tgt, batch.tgt_y):
+        check_token_ids(ids, vocab_sizes[1], "target token id")
+
+def _batch_loss(model, loss_compute, batch: Batch, device, precision: str, loss_norm):
+    "Forward pass and loss of one batch, in `precision`: (summed loss for logging, loss to back-propagate)."
+    with autocast_context(device, precision):
+        out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (batch, tgt_len, d_model)
+        norm = loss_norm(batch) if loss_norm is not None else batch.ntokens
+        return loss_compute(out, batch.tgt_y, max(norm, 1))
+
+class _Progress:
+    "A tqdm bar with the running loss, target tokens/s and learning rate, refreshed at most twice a second."
+    def __init__(self, data_iter, optimizer, show: bool, desc: str, total: int | None):
+        self.bar = tqdm(data_iter, total=total, desc=desc, disable=not show, leave=False)
+        self.optimizer, self.show = optimizer, show
+        self.start = self.shown = time.perf_counter()
+
+    def __iter__(self): return iter(self.bar)
+
+    def update(self, total_loss: torch.Tensor, total_tokens: int) -> None:
+        if not self.show or time.perf_counter() - self.shown < 0.5:  # reading the loss waits for the GPU: not every step
+            return
+        self.shown = time.perf_counter()
+        lr = self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else 0.0
+        self.bar.set_postfix(loss=f"{float(total_loss) / max(total_tokens, 1):.3f}",
+                             tok_s=f"{total_tokens / max(self.shown - self.start, 1e-9):.0f}", lr=f"{lr:.2e}")
+
+def _check_run_args(mode: str, optimizer, accum_iter: int) -> None:
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+    if mode == "train" and optimizer is None:
+        raise ValueError("run_epoch(mode='train') needs an optimizer")
+    if accum_iter < 1:
+        raise ValueError(f"accum_iter must be >= 1, got {accum_iter}")
+
 def run_epoch(
     data_iter,  # iterable of `Batch`
     model: nn.Module,  # an `EncoderDecoder` (or a DDP wrapper of one)
@@ -255,55 +304,35 @@ def run_epoch(
     loss_norm=None,  # batch -> normaliser of its loss (default: its ntokens); DDP passes the global count / world size
 ) -> tuple[float, TrainState]:  # (mean loss per target token, counters)
     "Train or evaluate for one pass over `data_iter`."
-    if mode not in ("train", "eval"):
-        raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+    _check_run_args(mode, optimizer, accum_iter)
     training = mode == "train"
-    if training and optimizer is None:
-        raise ValueError("run_epoch(mode='train') needs an optimizer")
-    if accum_iter < 1:
-        raise ValueError(f"accum_iter must be >= 1, got {accum_iter}")
     state = train_state if train_state is not None else TrainState()
     device = torch.device(device) if device is not None else next(model.parameters()).device
     precision = resolve_precision(device, precision)
-    if training and scaler is None:
-        scaler = make_grad_scaler(device, precision)
+    scaler = scaler if scaler is not None or not training else make_grad_scaler(device, precision)
     model.train(training)
-    config = getattr(getattr(model, "module", model), "config", None)  # (unwrapping DDP)
-    vocab_sizes = (config.src_vocab, config.tgt_vocab) if config is not None else None
-    total_loss = torch.zeros((), device=device)  # summed on the device: no host sync per step
-    total_tokens, pending = 0, 0
-    start = shown = time.perf_counter()
-    bar = tqdm(data_iter, total=total, desc=desc or mode, disable=not progress, leave=False)
+    vocab_sizes = _vocab_sizes(model)
+    total_loss, total_tokens, pending = torch.zeros((), device=device), 0, 0  # loss summed on the device: no sync
+    bar = _Progress(data_iter, optimizer, progress, desc or mode, total)
     with torch.enable_grad() if training else torch.no_grad():
         for batch in bar:
-            if device.type != "cpu" and vocab_sizes:  # ids checked while they are on the CPU: no host sync later
-                check_token_ids(batch.src, vocab_sizes[0], "source token id")
-                check_token_ids(batch.tgt, vocab_sizes[1], "target token id")
-                check_token_ids(batch.tgt_y, vocab_sizes[1], "target token id")
+            if device.type != "cpu" and vocab_sizes:
+                _check_batch_ids(batch, vocab_sizes)
             batch = batch.to(device)
-            with autocast_context(device, precision):
-                out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-                norm = loss_norm(batch) if loss_norm is not None else batch.ntokens
-                loss, loss_node = loss_compute(out, batch.tgt_y, max(norm, 1))
+            loss, loss_node = _batch_loss(model, loss_compute, batch, device, precision, loss_norm)
             if training:
                 (scaler.scale(loss_node) if scaler is not None else loss_node).backward()
-                state.accum_step += 1
-                state.samples += batch.src.size(0)
-                state.tokens += batch.ntokens
+                state.add_batch(batch)
                 pending += 1
                 if pending == accum_iter:
                     _optimizer_step(model, optimizer, scheduler, scaler, max_grad_norm, state)
                     pending = 0
             total_loss += loss.detach() if torch.is_tensor(loss) else loss
             total_tokens += batch.ntokens
-            if progress and time.perf_counter() - shown >= 0.5:  # reading the loss waits for the GPU: not every step
-                shown = time.perf_counter()
-                lr = optimizer.param_groups[0]["lr"] if optimizer is not None else 0.0
-                bar.set_postfix(loss=f"{float(total_loss) / max(total_tokens, 1):.3f}",
-                                tok_s=f"{total_tokens / max(shown - start, 1e-9):.0f}", lr=f"{lr:.2e}")
-        if training and pending:
+            bar.update(total_loss, total_tokens)
+        if training and pending:  # gradients left over at the end of the epoch are applied too
             _optimizer_step(model, optimizer, scheduler, scaler, max_grad_norm, state)
-    bar.close()
+    bar.bar.close()
     return float(total_loss) / max(total_tokens, 1), state
 
 # %% ../nbs/05_training.ipynb #6d141d68
