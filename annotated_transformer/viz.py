@@ -40,11 +40,9 @@ def _stable_html_renderer(spec: dict, **metadata) -> dict:
                               vegalite_version=alt.VEGALITE_VERSION, **metadata)
 
 def enable_renderer() -> None:
-    "Render Altair charts as HTML with stable element ids (called on import)."
+    "Render Altair charts as HTML with stable element ids, from now on (importing this module changes nothing)."
     alt.renderers.register(RENDERER, _stable_html_renderer)
     alt.renderers.enable(RENDERER)
-
-enable_renderer()
 
 def save_static(chart: alt.TopLevelMixin,  # any Altair chart
                 path: str | Path,  # ends in .png or .svg

@@ -118,7 +118,7 @@ def test_every_page_loads_cleanly_and_offline(site_url, browser):
 def test_charts_math_and_tooltips(site_url, browser):
     page = browser.new_page()
     page.goto(site_url + "09_viz.html", wait_until="networkidle")
-    assert len(expected_charts("09_viz.html")) >= 8
+    assert len(expected_charts("09_viz.html")) >= 3  # the attention maps of a copy-task model
     wait_for_charts(page, "09_viz.html")
     # hover a cell of the decoder-source attention map: the tooltip shows the token pair and the weight
     att = page.locator(".vega-embed", has_text="key (source)").first
