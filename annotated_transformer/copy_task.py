@@ -19,7 +19,7 @@ from .checkpoint import save_checkpoint
 from .fast import speed_up
 from .model import EncoderDecoder, ModelConfig, build_model
 from .training import (LabelSmoothing, SimpleLossCompute, TrainState, _moved_name, default_device,
-                                            greedy_decode, make_optimizer, resolve_precision, run_epoch, set_seed)
+                                            make_optimizer, resolve_precision, run_epoch, set_seed)
 
 # %% ../nbs/08_copy_task.ipynb #962c080b
 _MOVED = {"add_copy_task_arguments": "cli", "copy_task_main": "cli"}  # moved, still importable from here

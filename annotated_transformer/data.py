@@ -17,7 +17,6 @@ import json
 import math
 import os
 import random
-import shutil
 import tempfile
 import urllib.request
 from collections import Counter

@@ -17,7 +17,7 @@ import torch
 from .checkpoint import load_model, read_config
 from .data import BOS, EOS, PAD, Tokenizer, Vocab, detokenize
 from .model import EncoderDecoder, subsequent_mask
-from .training import _moved_name, default_device, greedy_decode
+from .training import _moved_name, default_device
 
 # %% ../nbs/12_decoding.ipynb #dfe2e899
 _MOVED = {**{n: "evaluation" for n in ("bleu", "evaluate_translator", "evaluate", "last_checkpoints", "VOCAB_FILES",

@@ -111,15 +111,15 @@ class LayerNorm(nn.Module):
 class SublayerConnection(nn.Module):
     "Residual connection around a sublayer with dropout; LayerNorm before (pre-norm) or after (post-norm)."
     def __init__(self,
-                 size: int,  # model width
+                 d_model: int,  # model width
                  dropout: float,  # dropout on the sublayer output
                  pre_norm: bool = True):  # True: x + drop(f(norm(x))); False (paper): norm(x + drop(f(x)))
         super().__init__()
-        self.norm = LayerNorm(size)
+        self.norm = LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.pre_norm = pre_norm
 
-    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:  # (batch, seq, size) -> same
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:  # (batch, seq, d_model) -> same
         if self.pre_norm:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))

@@ -63,7 +63,7 @@ class Generator(nn.Module):
 class EncoderLayer(nn.Module):
     "Self-attention then feed-forward, each in a residual connection."
     def __init__(self,
-                 size: int,  # model width d_model
+                 d_model: int,  # model width
                  self_attn: MultiHeadedAttention,
                  feed_forward: PositionwiseFeedForward,
                  dropout: float,  # residual dropout
@@ -71,8 +71,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = self_attn
         self.feed_forward = feed_forward
-        self.sublayer = clones(SublayerConnection(size, dropout, pre_norm), 2)
-        self.size = size
+        self.sublayer = clones(SublayerConnection(d_model, dropout, pre_norm), 2)
+        self.size = d_model  # the model width, under the name The Annotated Transformer gives it
 
     def forward(self, x, mask):  # x: (batch, src_len, d_model), mask: (batch, 1, src_len)
         x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))
@@ -95,26 +95,26 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 # %% ../nbs/03_model.ipynb #0791dfa8
-def subsequent_mask(size: int) -> torch.Tensor:  # (1, size, size) bool, True = may attend
+def subsequent_mask(seq_len: int) -> torch.Tensor:  # (1, seq_len, seq_len) bool, True = may attend
     "Causal mask: query position i may attend to key positions j <= i."
-    return torch.tril(torch.ones(1, size, size, dtype=torch.bool))
+    return torch.tril(torch.ones(1, seq_len, seq_len, dtype=torch.bool))
 
 # %% ../nbs/03_model.ipynb #b5c94d63
 class DecoderLayer(nn.Module):
     "Masked self-attention, source attention over the encoder memory, then feed-forward."
     def __init__(self,
-                 size: int,  # model width d_model
+                 d_model: int,  # model width
                  self_attn: MultiHeadedAttention,
                  src_attn: MultiHeadedAttention,
                  feed_forward: PositionwiseFeedForward,
                  dropout: float,  # residual dropout
                  pre_norm: bool = True):  # see `SublayerConnection`
         super().__init__()
-        self.size = size
+        self.size = d_model  # the model width, under the name The Annotated Transformer gives it
         self.self_attn = self_attn
         self.src_attn = src_attn
         self.feed_forward = feed_forward
-        self.sublayer = clones(SublayerConnection(size, dropout, pre_norm), 3)
+        self.sublayer = clones(SublayerConnection(d_model, dropout, pre_norm), 3)
 
     def forward(self, x, memory, src_mask, tgt_mask):
         # x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model)

@@ -81,7 +81,7 @@ def _xlogx(v: float) -> float: return 0.0 if v == 0 else v * math.log(v)
 class LabelSmoothing(nn.Module):
     "Label-smoothed KL loss of section 5.4, summed over non-pad tokens; exact fast path by default."
     def __init__(self,
-                 size: int,  # vocabulary size V
+                 size: int,  # vocabulary size V (the name The Annotated Transformer uses)
                  padding_idx: int,  # id of the padding token: never a target, never predicted
                  smoothing: float = 0.0,  # epsilon_ls (0.1 in the paper)
                  explicit: bool = False):  # True: build `true_dist` (tokens x V) and use nn.KLDivLoss

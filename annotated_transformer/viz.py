@@ -108,11 +108,11 @@ def heatmap(matrix: torch.Tensor,  # (rows, cols)
     ).properties(width=max(cols * cell, 60), height=max(rows * cell, 60))
 
 # %% ../nbs/09_viz.ipynb #3c191f1a
-def mask_chart(size: int = 20,  # sequence length
-               mask: torch.Tensor | None = None,  # (size, size) or (1, size, size); default subsequent_mask
+def mask_chart(seq_len: int = 20,  # sequence length
+               mask: torch.Tensor | None = None,  # (seq_len, seq_len) or (1, seq_len, seq_len); default subsequent_mask
                ) -> alt.Chart:
     "Which key positions (columns) each query position (rows) may attend to."
-    mask = subsequent_mask(size) if mask is None else torch.as_tensor(mask)
+    mask = subsequent_mask(seq_len) if mask is None else torch.as_tensor(mask)
     mask = mask.reshape(mask.shape[-2:])
     return heatmap(mask.int(), title="Decoder self-attention mask (1 = may attend)",
                    row_title="query position", col_title="key position", value_title="allowed",
@@ -159,21 +159,21 @@ def lr_schedule_chart(settings: tuple[tuple[int, int], ...] = ((512, 4000), (512
     ).properties(width=600, height=250)
 
 # %% ../nbs/09_viz.ipynb #515c20e3
-def label_smoothing_chart(size: int = 5,  # vocabulary size
+def label_smoothing_chart(vocab: int = 5,  # vocabulary size
                           padding_idx: int = 0,  # padding id
                           smoothing: float = 0.4,  # epsilon_ls
                           targets: tuple[int, ...] = (2, 1, 0, 3, 3),  # gold ids (rows); padding rows stay empty
                           ) -> alt.Chart:
     "The smoothed target distribution, rows = example targets, columns = vocabulary."
-    crit = LabelSmoothing(size, padding_idx, smoothing, explicit=True)
+    crit = LabelSmoothing(vocab, padding_idx, smoothing, explicit=True)
     target = torch.tensor(targets)
-    crit(torch.full((len(targets), size), -math.log(size)), target)  # fills crit.true_dist
-    return heatmap(crit.true_dist, [f"target {t}" for t in targets], [f"token {j}" for j in range(size)],
+    crit(torch.full((len(targets), vocab), -math.log(vocab)), target)  # fills crit.true_dist
+    return heatmap(crit.true_dist, [f"target {t}" for t in targets], [f"token {j}" for j in range(vocab)],
                    title=f"Label-smoothed targets (smoothing={smoothing}, padding id={padding_idx})",
                    row_title="example", col_title="vocabulary", value_title="target probability", cell=32,
                    scheme="greens")
 
-def label_smoothing_loss_chart(size: int = 5,  # vocabulary size
+def label_smoothing_loss_chart(vocab: int = 5,  # vocabulary size
                                padding_idx: int = 0,  # padding id
                                smoothings: tuple[float, ...] = (0.0, 0.1, 0.3),  # epsilon_ls values to compare
                                gold: int = 1,  # gold id
@@ -181,9 +181,9 @@ def label_smoothing_loss_chart(size: int = 5,  # vocabulary size
     "Loss of one token against the model's probability of the gold token, for several smoothings."
     rows = []
     for s in smoothings:
-        crit = LabelSmoothing(size, padding_idx, s)
+        crit = LabelSmoothing(vocab, padding_idx, s)
         for logit in torch.linspace(-2, 12, 141).tolist():
-            logits = torch.zeros(1, size)
+            logits = torch.zeros(1, vocab)
             logits[0, gold] = logit  # the other tokens share the rest equally
             logp = logits.log_softmax(-1)
             rows.append({"p(gold)": round(logp[0, gold].exp().item(), 6), "loss": round(crit(logp, torch.tensor([gold])).item(), 6),

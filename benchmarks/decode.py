@@ -104,7 +104,7 @@ def main():
         if not args.skip_baseline:
             t_base, baseline = timed(lambda: per_sentence_uncached(model, encoded))
             rows.insert(0, ("per-sentence uncached greedy", t_base))
-    print(f"| decoder | seconds | sentences/s |\n| --- | ---: | ---: |")
+    print("| decoder | seconds | sentences/s |\n| --- | ---: | ---: |")
     for name, t in rows:
         print(f"| {name} | {t:.1f} | {len(encoded) / t:.1f} |")
     if not args.skip_baseline:

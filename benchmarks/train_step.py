@@ -225,7 +225,7 @@ def main():
         tok_s = {k: 1 / v[0] for k, v in results[run].items()}
         mem = memory[run]
         print(f"\n{run[0]} model {SIZES[run[0]]}, {run[1]} sentence pairs per batch")
-        print(f"| implementation | target tokens/s | peak step memory (MB) |\n| --- | ---: | ---: |")
+        print("| implementation | target tokens/s | peak step memory (MB) |\n| --- | ---: | ---: |")
         for k in tok_s:
             print(f"| {k} | {tok_s[k]:.0f} | {mem[k]:.0f} |")
         print(f"ratios: speed fast/explicit {tok_s['fast'] / tok_s['explicit']:.2f}x, "

@@ -1,7 +1,6 @@
 """Multi30k files, tokenization, vocabularies and batching. Downloads are faked: these tests never use the network."""
 import io
 import urllib.error
-from pathlib import Path
 
 import pytest
 

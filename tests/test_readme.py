@@ -2,8 +2,6 @@
 training), from a folder other than the repository, and the command works after a plain (non-editable) install."""
 import os
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 import venv
