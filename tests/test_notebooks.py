@@ -58,3 +58,39 @@ def test_extras_declared_in_pyproject():
         names = " ".join(extras[extra]).replace("-", "_")
         for package in uses["packages"]:
             assert package in names, f"[{extra}] in pyproject.toml does not list {package}"
+
+
+# The chapters in reading order and the module each exports: a module may import only modules of earlier chapters.
+def chapter_modules():
+    order = []
+    for nb in sorted((ROOT / "nbs").glob("[0-9]*.ipynb")):
+        m = re.search(r"#\| default_exp (\w+)", "\n".join(code_cells(nb)))
+        if m:
+            order.append(m[1])
+    return order
+
+
+def test_modules_import_only_earlier_chapters():
+    import ast
+    order = chapter_modules()
+    assert order[:6] == ["attention", "layers", "model", "batches", "training", "fast"], order
+    for i, name in enumerate(order):
+        tree = ast.parse((ROOT / "annotated_transformer" / f"{name}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+        later = imported - set(order[:i])
+        assert not later, f"{name} imports {sorted(later)}, which come after it in the chapter order"
+
+
+def test_small_pieces():
+    "No function over 50 lines, no module over 400 lines, no notebook over 300 KB."
+    import ast
+    for path in (ROOT / "annotated_transformer").glob("*.py"):
+        if path.name == "_modidx.py":
+            continue
+        text = path.read_text()
+        assert len(text.splitlines()) <= 400, f"{path.name}: {len(text.splitlines())} lines"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno + 1 <= 50, f"{path.name}: {node.name} is over 50 lines"
+    for nb in NOTEBOOKS:
+        assert nb.stat().st_size <= 300_000, f"{nb.name}: {nb.stat().st_size / 1000:.0f} KB"
