@@ -237,9 +237,11 @@ class Vocab:
             kept = kept[: max(0, max_size - len(SPECIALS))]
         return cls(list(SPECIALS) + kept)
 
+    def to_json(self) -> str: return json.dumps(self.itos, ensure_ascii=False)
+
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        path.write_text(json.dumps(self.itos, ensure_ascii=False))
+        path.write_text(self.to_json())
         return path
 
     @classmethod

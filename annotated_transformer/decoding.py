@@ -9,6 +9,7 @@ __all__ = ['init_cache', 'decode_step', 'reorder_cache', 'greedy_decode_cached',
            'sequence_score', 'Translator', 'translate', 'shipped_model_dir']
 
 # %% ../nbs/12_decoding.ipynb #1bd577e0
+import math
 from importlib.resources import files
 from pathlib import Path
 
@@ -194,6 +195,17 @@ def sequence_score(model: EncoderDecoder, src, src_mask, output: list[int], alph
     return float(total / length_penalty(torch.tensor(len(output) + 1), alpha))
 
 # %% ../nbs/12_decoding.ipynb #e75ec774
+def _check_decoding_args(beam_size: int, alpha: float, max_extra: int, batch_size: int) -> None:
+    "Raise a `ValueError` naming the first argument of `Translator.translate` that cannot work."
+    if not (isinstance(beam_size, int) and beam_size >= 1):
+        raise ValueError(f"beam_size must be a whole number >= 1, got {beam_size!r}")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha (the length penalty) must be a finite number >= 0, got {alpha!r}")
+    if max_extra < 1:
+        raise ValueError(f"max_extra must be at least 1, got {max_extra!r}")
+
 class Translator:
     "Model + vocabularies + tokenizers; translates raw source sentences to detokenized target text."
     def __init__(self, model: EncoderDecoder, src_vocab: Vocab, tgt_vocab: Vocab,
@@ -213,21 +225,44 @@ class Translator:
         return cls(model, Vocab.load(path / "src_vocab.json"), Vocab.load(path / "tgt_vocab.json"),
                    extra.get("src_lang", "de"), extra.get("tgt_lang", "en"))
 
+    def encode(self, sentence: str) -> list[int]:
+        "Source ids of one raw sentence: <s> tokens </s>."
+        return [BOS] + self.src_vocab.encode(self.src_tok(sentence)) + [EOS]
+
+    def too_long(self,
+                 sentences: list[str],  # raw source sentences
+                 max_extra: int = 50,  # as in `translate`
+                 ) -> list[tuple[int, int]]:  # (index, number of source tokens) of each sentence that is too long
+        "The sentences the model cannot take: with `max_extra` output tokens more they exceed its `max_len`."
+        limit = self.model.config.max_len
+        return [(i, n) for i, n in enumerate(len(self.encode(s)) for s in sentences) if n + max_extra > limit]
+
     def translate(self,
-                  sentences: list[str],  # raw source sentences
+                  sentences: str | list[str],  # one raw source sentence, or a list of them
                   beam_size: int = 4,  # 1 = greedy (cached)
-                  alpha: float = 0.6,  # length penalty
+                  alpha: float = 0.6,  # length penalty, a finite number >= 0
                   max_extra: int = 50,  # outputs stop at input length + max_extra tokens
                   batch_size: int = 64,  # sentences decoded together
-                  ) -> list[str]:  # detokenized translations, in input order
-        "Translate a list of sentences."
+                  ) -> str | list[str]:  # detokenized translation(s), in input order; "" for a blank sentence
+        "Translate one sentence (a string gives a string) or a list of sentences (a list gives a list)."
+        if isinstance(sentences, str):
+            return self.translate([sentences], beam_size, alpha, max_extra, batch_size)[0]
+        _check_decoding_args(beam_size, alpha, max_extra, batch_size)
+        long = self.too_long(sentences, max_extra)
+        if long:
+            i, n = long[0]
+            raise ValueError(f"sentence {i + 1} has {n} tokens: with up to {max_extra} output tokens more it exceeds "
+                             f"the model's max_len={self.model.config.max_len} ({sentences[i][:40]!r}...)")
+        todo = [i for i, s in enumerate(sentences) if s.strip()]  # a blank sentence translates to a blank line
+        results = [""] * len(sentences)
+        for i, text in zip(todo, self._translate_encoded([self.encode(sentences[i]) for i in todo], beam_size,
+                                                         alpha, max_extra, batch_size)):
+            results[i] = text
+        return results
+
+    def _translate_encoded(self, encoded: list[list[int]], beam_size, alpha, max_extra, batch_size) -> list[str]:
+        "Decode id sequences in batches of similar length; detokenized outputs in input order."
         device = next(self.model.parameters()).device
-        encoded = [[BOS] + self.src_vocab.encode(self.src_tok(s)) + [EOS] for s in sentences]
-        limit = self.model.config.max_len
-        for s, ids in zip(sentences, encoded):
-            if len(ids) + max_extra > limit:
-                raise ValueError(f"input of {len(ids)} tokens is too long: with up to {max_extra} output tokens more "
-                                 f"it exceeds the model's max_len={limit} ({s[:40]!r}...)")
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results = [None] * len(encoded)
         for start in range(0, len(order), batch_size):

@@ -21,7 +21,7 @@ import torch
 from .checkpoint import load_model, read_config, save_model
 from .model import ModelConfig
 from .decoding import Translator, shipped_model_dir
-from .evaluation import average_checkpoints, copy_vocabularies, evaluate_translator, last_checkpoints
+from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints, vocabulary_files
 from .train import TrainConfig, train
 
 # %% ../nbs/14_pretrained.ipynb #f6b088f0
@@ -49,11 +49,10 @@ def export_pretrained(checkpoint: str | Path,  # a checkpoint folder with weight
                       ) -> Path:
     "Write a checkpoint's weights in float16 with its config and vocabularies (what the package ships)."
     checkpoint, out = Path(checkpoint), Path(out)
-    save_model(load_model(checkpoint), out, dtype=torch.float16, extra_config=read_config(checkpoint).get("extra", {}))
-    copy_vocabularies(checkpoint, out)
-    if results is not None:
-        (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    return out
+    files = {**vocabulary_files(checkpoint),
+             **({"results.json": json.dumps(results, indent=1, ensure_ascii=False) + "\n"} if results is not None else {})}
+    return save_model(load_model(checkpoint), out, dtype=torch.float16,
+                      extra_config=read_config(checkpoint).get("extra", {}), files=files)
 
 # %% ../nbs/14_pretrained.ipynb #45aee7e3
 def _history(run_dir: Path) -> list[dict]:

@@ -277,13 +277,15 @@ class _Progress:
         self.bar.set_postfix(loss=f"{float(total_loss) / max(total_tokens, 1):.3f}",
                              tok_s=f"{total_tokens / max(self.shown - self.start, 1e-9):.0f}", lr=f"{lr:.2e}")
 
-def _check_run_args(mode: str, optimizer, accum_iter: int) -> None:
+def _check_run_args(mode: str, optimizer, accum_iter: int) -> bool:
+    "True for training, False for evaluation, after checking the arguments that decide it."
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
     if mode == "train" and optimizer is None:
         raise ValueError("run_epoch(mode='train') needs an optimizer")
     if accum_iter < 1:
         raise ValueError(f"accum_iter must be >= 1, got {accum_iter}")
+    return mode == "train"
 
 def run_epoch(
     data_iter,  # iterable of `Batch`
@@ -302,22 +304,21 @@ def run_epoch(
     desc: str | None = None,  # progress bar label
     total: int | None = None,  # number of batches, for the progress bar
     loss_norm=None,  # batch -> normaliser of its loss (default: its ntokens); DDP passes the global count / world size
+    stop=None,  # () -> bool, asked after every optimizer step: True ends the epoch there (Ctrl-C in `train`)
 ) -> tuple[float, TrainState]:  # (mean loss per target token, counters)
     "Train or evaluate for one pass over `data_iter`."
-    _check_run_args(mode, optimizer, accum_iter)
-    training = mode == "train"
+    training = _check_run_args(mode, optimizer, accum_iter)
     state = train_state if train_state is not None else TrainState()
     device = torch.device(device) if device is not None else next(model.parameters()).device
     precision = resolve_precision(device, precision)
     scaler = scaler if scaler is not None or not training else make_grad_scaler(device, precision)
     model.train(training)
-    vocab_sizes = _vocab_sizes(model)
     total_loss, total_tokens, pending = torch.zeros((), device=device), 0, 0  # loss summed on the device: no sync
     bar = _Progress(data_iter, optimizer, progress, desc or mode, total)
     with torch.enable_grad() if training else torch.no_grad():
         for batch in bar:
-            if device.type != "cpu" and vocab_sizes:
-                _check_batch_ids(batch, vocab_sizes)
+            if device.type != "cpu" and _vocab_sizes(model):
+                _check_batch_ids(batch, _vocab_sizes(model))
             batch = batch.to(device)
             loss, loss_node = _batch_loss(model, loss_compute, batch, device, precision, loss_norm)
             if training:
@@ -327,6 +328,8 @@ def run_epoch(
                 if pending == accum_iter:
                     _optimizer_step(model, optimizer, scheduler, scaler, max_grad_norm, state)
                     pending = 0
+                    if stop is not None and stop():
+                        break
             total_loss += loss.detach() if torch.is_tensor(loss) else loss
             total_tokens += batch.ntokens
             bar.update(total_loss, total_tokens)

@@ -68,6 +68,6 @@ def test_no_pickle_anywhere(tmp_path):
     opt, sched = make_optimizer(m, 16)
     save_checkpoint(tmp_path, m, opt, sched)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["config.json", "model.safetensors", "trainer.json", "trainer.safetensors"]
+    assert names == ["config.json", "manifest.json", "model.safetensors", "trainer.json", "trainer.safetensors"]
     json.loads((tmp_path / "trainer.json").read_text())
     json.loads((tmp_path / "config.json").read_text())

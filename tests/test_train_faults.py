@@ -1,0 +1,72 @@
+"""Training runs that cannot be corrupted, checked with real processes and injected faults (tests/train_worker.py):
+a run stopped by SIGTERM resumes to the weights of an uninterrupted run; a run killed in the middle of writing a
+checkpoint resumes from the last complete one; two runs on one folder cannot both train."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+WORKER = Path(__file__).with_name("train_worker.py")
+
+
+def run(out, mode, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    return subprocess.run([sys.executable, str(WORKER), str(out), mode], capture_output=True, text=True,
+                          timeout=600, env=env, **kw)
+
+
+def weights(folder):
+    return load_file(str(Path(folder) / "last" / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, multi30k):
+    out = tmp_path_factory.mktemp("full")
+    res = run(out, "full")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return weights(out)
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sigterm_mid_epoch_then_resume_gives_the_uninterrupted_weights(tmp_path, uninterrupted):
+    stopped = run(tmp_path, "sigterm@50")
+    assert stopped.returncode == 3, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    assert "stopped at step 50" in stopped.stdout and "run the same command again to resume" in stopped.stdout
+    resumed = run(tmp_path, "full")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from" in resumed.stdout and "50 batches into it" in resumed.stdout
+    assert same(weights(tmp_path), uninterrupted)
+
+
+def test_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one(tmp_path, uninterrupted):
+    killed = run(tmp_path, "kill-in-save@4")  # saves 1-3: last/, epoch_001/, best/ of epoch 1; 4: last/ of epoch 2
+    assert killed.returncode < 0, killed.stdout[-2000:]  # died by a signal
+    resumed = run(tmp_path, "full")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "taking over the lock" in resumed.stdout  # the dead run's pid was still in the lock file
+    assert same(weights(tmp_path), uninterrupted)
+
+
+def test_two_runs_on_one_folder(tmp_path, multi30k):
+    first = subprocess.Popen([sys.executable, str(WORKER), str(tmp_path), "hold@5"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "ready").exists():  # wait until the first run is training
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never started training"
+            time.sleep(0.1)
+        second = run(tmp_path, "full")
+        assert second.returncode == 4, second.stdout[-2000:] + second.stderr[-2000:]
+        assert f"in use by another training run (pid {first.pid})" in second.stdout
+    finally:
+        (tmp_path / "go").write_text("")
+        out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
