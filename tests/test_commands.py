@@ -76,3 +76,16 @@ def test_a_fault_is_one_line_exit_1_with_a_debug_hint(tmp_path):
     assert err.strip().count("\n") == 0
     res = cli("evaluate", "--split", "val", "--limit", "2", "--debug", env=env)
     assert res.returncode == 1 and "Traceback" in res.stderr.decode()
+
+
+def test_a_replaced_vocabulary_is_refused(tmp_path):
+    "A vocabulary file swapped for another of the same size would decode garbage: the manifest catches it."
+    import json
+    import shutil
+    ckpt = tmp_path / "model"
+    shutil.copytree(shipped_model_dir(), ckpt)
+    words = json.loads((ckpt / "tgt_vocab.json").read_text())
+    (ckpt / "tgt_vocab.json").write_text(json.dumps(words[:4] + words[4:][::-1], ensure_ascii=False))  # same size
+    res = cli("translate", "--checkpoint", str(ckpt), "Ein Hund.")
+    assert res.returncode == 2 and res.stdout == b""
+    assert "tgt_vocab.json is not the file the checkpoint was written with" in res.stderr.decode()
