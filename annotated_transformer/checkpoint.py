@@ -6,8 +6,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 
 # %% auto #0
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'MANIFEST_FILE', 'weights_to_save',
-           'writing_folder', 'check_manifest', 'recover_folder', 'save_model', 'check_weights_match', 'read_config',
-           'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint']
+           'sha256_of', 'writing_folder', 'check_manifest', 'recover_folder', 'save_model', 'check_weights_match',
+           'read_config', 'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/07_checkpoint.ipynb #0c5e3719
 import hashlib
@@ -48,7 +48,8 @@ def weights_to_save(model: nn.Module, dtype: torch.dtype | None = None) -> dict[
         tensors[name] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
     return tensors
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    "SHA-256 of a file, read in blocks of 1 MB."
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -60,7 +61,7 @@ def _write_json(path: Path, obj) -> None:
 
 def _seal(folder: Path, step: int | None) -> None:
     "Write the manifest (the step and the SHA-256 of every file) and make the files readable by everyone."
-    files = {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST_FILE}
+    files = {p.name: sha256_of(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST_FILE}
     _write_json(folder / MANIFEST_FILE, {"step": step, "files": files})
     for p in folder.iterdir():
         p.chmod(0o644)
@@ -96,7 +97,7 @@ def check_manifest(path: str | Path) -> dict | None:
     for name, digest in manifest["files"].items():
         if not (path / name).is_file():
             raise ValueError(f"checkpoint {path} is incomplete: {name} is missing")
-        if _sha256(path / name) != digest:
+        if sha256_of(path / name) != digest:
             raise ValueError(f"checkpoint {path}: {name} is not the file the checkpoint was written with "
                              "(changed or corrupt since it was saved)")
     return manifest

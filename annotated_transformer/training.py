@@ -27,7 +27,7 @@ from .layers import check_token_ids
 from .model import subsequent_mask
 
 # %% ../nbs/05_training.ipynb #3fd3e828
-# Names that moved to a later chapter stay importable from here, for code written against version 0.0.1.
+# Names that moved to a later chapter stay importable from here, for code written before the chapters were reorganised.
 _MOVED = {"fused_label_smoothing_loss": "fast", "field_comments": "cli", "dataclass_arguments": "cli"}
 
 def _moved_name(module: str, name: str, moved: dict[str, str]):
@@ -163,7 +163,7 @@ class SimpleLossCompute:
         if self.skip_padding and hasattr(self.generator, "loss"):  # a generator fused with its loss ("Making it fast")
             sloss = self.generator.loss(x, y, self.criterion) / norm
         else:
-            logp = self.generator(x)  # (positions, vocab): the explicit path
+            logp = self.generator(x)  # (positions, vocab): the unfused path
             sloss = self.criterion(logp.float(), y) / norm
         return sloss.detach() * norm, sloss
 

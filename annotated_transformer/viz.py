@@ -1,4 +1,4 @@
-"""Interactive Altair charts for every concept: masks, positional encoding, the learning-rate schedule, label smoothing, and attention maps per layer and head.
+"""The chart functions (masks, positional encoding, the learning-rate schedule, label smoothing) and their tests, and attention maps per layer and head.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/viz.html.md"""
 

@@ -17,7 +17,7 @@ from annotated_transformer.model import ModelConfig
 from annotated_transformer.train import RunLockedError, TrainConfig, TrainingStopped, train
 
 CONFIG = dict(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.1), max_tokens=8000, epochs=2, warmup=20,
-              min_freq=2, seed=0)
+              min_freq=2, seed=0, val_bleu_sentences=20)
 
 
 def after_step(n, action):

@@ -5,7 +5,7 @@
 #
 # Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
 #   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu), and the `#| slow` training cell of
-#      11_train (the tutorial's model; the slow cell of 14_pretrained is left out: it rebuilds the shipped model);
+#      13_train (the tutorial's model; the slow cell of 14_pretrained is left out: it rebuilds the shipped model);
 #   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
 #   4. `translate` and `evaluate` (test2016, beam 4) of the shipped model on the GPU: BLEU within 0.5 of results.json;
@@ -88,7 +88,7 @@ EOF
 }
 
 step "notebooks with #| gpu cells (nbdev-test --flags gpu)" nbdev-test --flags gpu --n-workers 1 --timing
-step "the tutorial's training run (#| slow cell of 11_train)" nbdev-test --flags slow --n-workers 1 nbs/11_train.ipynb
+step "the tutorial's training run (#| slow cell of 13_train)" nbdev-test --flags slow --n-workers 1 nbs/13_train.ipynb
 step "copy-task with its defaults reaches exact copies" copy_task
 step "short train on Multi30k (default precision), then translate" short_train
 step "shipped model: translate and evaluate on the GPU" shipped_model
