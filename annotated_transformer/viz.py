@@ -93,18 +93,25 @@ def heatmap(matrix: torch.Tensor,  # (rows, cols)
             value_title: str = "value",  # legend and tooltip name of the cell value
             cell: int = 16,  # pixels per cell
             scheme: str = "viridis",  # Vega color scheme
+            categories: tuple[str, str] | None = None,  # for a 0/1 matrix: names of 0 and 1, shown as a two-entry legend
             ) -> alt.Chart:
     "A heatmap with rows on the y axis and columns on the x axis; tooltips show labels and value."
     df = matrix_frame(matrix, row_labels, col_labels)
     rows, cols = int(df.row.max()) + 1, int(df.col.max()) + 1
     rl = list(df.drop_duplicates("row").sort_values("row").row_label)
     cl = list(df.drop_duplicates("col").sort_values("col").col_label)
+    if categories is not None:  # a boolean matrix: two colours and a legend with two names, not a colour ramp
+        df["category"] = [categories[int(v)] for v in df.value]
+        color = alt.Color("category:N", title=value_title, scale=alt.Scale(domain=list(categories), range=["#eef3f9", "#2c6fb7"]))
+        value_tip = alt.Tooltip("category:N", title=value_title)
+    else:
+        color = alt.Color("value:Q", title=value_title, scale=alt.Scale(scheme=scheme))
+        value_tip = alt.Tooltip("value:Q", title=value_title, format=".4f")
     return alt.Chart(df, title=title).mark_rect().encode(
         x=alt.X("col:O", title=col_title, axis=alt.Axis(labelExpr=_label_expr(cl), labelAngle=-45)),
         y=alt.Y("row:O", title=row_title, axis=alt.Axis(labelExpr=_label_expr(rl))),
-        color=alt.Color("value:Q", title=value_title, scale=alt.Scale(scheme=scheme)),
-        tooltip=[alt.Tooltip("row_label:N", title=row_title), alt.Tooltip("col_label:N", title=col_title),
-                 alt.Tooltip("value:Q", title=value_title, format=".4f")],
+        color=color,
+        tooltip=[alt.Tooltip("row_label:N", title=row_title), alt.Tooltip("col_label:N", title=col_title), value_tip],
     ).properties(width=max(cols * cell, 60), height=max(rows * cell, 60))
 
 # %% ../nbs/09_viz.ipynb #3c191f1a
@@ -114,9 +121,9 @@ def mask_chart(seq_len: int = 20,  # sequence length
     "Which key positions (columns) each query position (rows) may attend to."
     mask = subsequent_mask(seq_len) if mask is None else torch.as_tensor(mask)
     mask = mask.reshape(mask.shape[-2:])
-    return heatmap(mask.int(), title="Decoder self-attention mask (1 = may attend)",
-                   row_title="query position", col_title="key position", value_title="allowed",
-                   scheme="blues")
+    return heatmap(mask.int(), title="Decoder self-attention mask",
+                   row_title="query position", col_title="key position", value_title="attention",
+                   categories=("masked", "may attend"))
 
 # %% ../nbs/09_viz.ipynb #d178fc9c
 def positional_encoding_chart(d_model: int = 20,  # encoding width

@@ -28,6 +28,7 @@ mathjax_path = "mathjax/tex-chtml.js"
 html_theme = "sphinx_book_theme"
 html_title = "The Annotated Transformer, tested"
 html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"  # a lower-triangular grid: the causal mask
 html_js_files = ["vega-setup.js", "vega-bundle.js"]  # Vega, Vega-Lite, Vega-Embed served by the site itself
 html_theme_options = {
     "repository_url": _project["urls"]["Repository"],

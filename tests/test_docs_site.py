@@ -95,6 +95,7 @@ def test_every_page_loads_cleanly_and_offline(site_url, browser):
     for name in html_pages:
         page.goto(site_url + name, wait_until="networkidle")
         wait_for_charts(page, name)  # every chart of the notebook drew something
+        assert page.locator("link[rel='icon']").count() >= 1, f"{name}: no favicon"
         links[name] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
     assert not problems, "\n".join(problems[:30])
     # every internal link resolves: the target page exists and, for #anchors, the element exists

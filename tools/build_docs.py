@@ -96,6 +96,7 @@ def main():
     (src / "_static").mkdir(parents=True)
     shutil.copy(ROOT / "docs" / "conf.py", src / "conf.py")
     shutil.copy(ROOT / "docs" / "api.md", src / "api.md")
+    shutil.copy(ROOT / "docs" / "favicon.svg", src / "_static" / "favicon.svg")
     notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
     toctree = [p.stem for p in notebooks] + ["api"]
     prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", toctree)
