@@ -29,7 +29,9 @@ html_theme = "sphinx_book_theme"
 html_title = "The Annotated Transformer, tested"
 html_static_path = ["_static"]
 html_favicon = "_static/favicon.svg"  # a lower-triangular grid: the causal mask
-html_js_files = ["vega-setup.js", "vega-bundle.js"]  # Vega, Vega-Lite, Vega-Embed served by the site itself
+html_js_files = ["vega-setup.js", "vega-bundle.js"]
+html_css_files = ["custom.css"]  # a wide content column; code, equations and charts scroll instead of being cut off
+html_sidebars = {"**": ["navbar-logo.html", "sbt-sidebar-nav.html"]}  # one search box (the header's), not two  # Vega, Vega-Lite, Vega-Embed served by the site itself
 html_theme_options = {
     "repository_url": _project["urls"]["Repository"],
     "use_repository_button": False,
@@ -45,3 +47,4 @@ html_copy_source = False
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 autodoc_typehints = "description"
+autodoc_inherit_docstrings = False  # no "Define the computation performed at every call" from torch.nn.Module

@@ -142,3 +142,27 @@ def test_api_page_covers_every_module():
     listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "api.md").read_text()))
     modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if not p.stem.startswith("_")}
     assert modules <= listed, f"missing from docs/api.md: {sorted(modules - listed)}"
+
+
+def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
+    "At 1280 px the content column is wide; at 390 px (a phone) no page is wider than the screen."
+    wide = browser.new_page(viewport={"width": 1280, "height": 900})
+    wide.goto(site_url + "01_attention.html", wait_until="networkidle")
+    column = wide.evaluate("document.querySelector('.bd-article-container').getBoundingClientRect().width")
+    assert column >= 900, f"content column only {column:.0f} px wide at 1280 px"
+    visible_search = wide.evaluate("[...document.querySelectorAll('.search-button-field, .bd-search input')]"
+                                   ".filter(e => e.offsetParent !== null).length")
+    assert visible_search == 1, f"{visible_search} search boxes on the page"
+    wide.close()
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    for name in pages():
+        phone.goto(site_url + name, wait_until="networkidle")
+        wait_for_charts(phone, name)
+        overflow = phone.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{name}: the page is {overflow} px wider than a 390 px screen"
+    phone.close()
+
+
+def test_site_is_small():
+    total = sum(f.stat().st_size for f in SITE.rglob("*") if f.is_file())
+    assert total < 15e6, f"the site is {total / 1e6:.1f} MB (budget 15 MB)"

@@ -87,6 +87,13 @@ def vega(static: Path) -> None:
     (static / "vega-setup.js").write_text(f"window.VEGA_DEBUG = {json.dumps(versions)};\n")
 
 
+def trim(site: Path) -> None:
+    "Drop what readers never load: source maps of the theme's scripts and styles, the theme's translations."
+    for f in site.rglob("*.map"):
+        f.unlink()
+    shutil.rmtree(site / "_static" / "locales", ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "site"), help="output folder (default: site/)")
@@ -97,6 +104,7 @@ def main():
     shutil.copy(ROOT / "docs" / "conf.py", src / "conf.py")
     shutil.copy(ROOT / "docs" / "api.md", src / "api.md")
     shutil.copy(ROOT / "docs" / "favicon.svg", src / "_static" / "favicon.svg")
+    shutil.copy(ROOT / "docs" / "custom.css", src / "_static" / "custom.css")
     notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
     toctree = [p.stem for p in notebooks] + ["api"]
     prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", toctree)
@@ -110,6 +118,7 @@ def main():
     res = subprocess.run(cmd)
     if res.returncode != 0:
         sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
+    trim(out)
     print(f"site built in {out}")
 
 
