@@ -49,7 +49,9 @@ def browser():
 
 
 def pages():
-    return sorted(p.relative_to(SITE).as_posix() for p in SITE.glob("*.html"))
+    "The site's pages, without the small pages that send nbdev's links (`attention.html#...`) on to their target."
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.glob("*.html")
+                  if "<title>Redirecting</title>" not in p.read_text()[:200])
 
 
 def expected_charts(page_name: str) -> list[str]:
@@ -130,6 +132,9 @@ def test_charts_math_and_tooltips(site_url, browser):
     tooltip.wait_for(state="visible", timeout=5000)
     text = tooltip.inner_text()
     assert "query (target)" in text and "key (source)" in text and "weight" in text
+    # nbdev's symbol links (module page + symbol anchor) land on the symbol in the API reference
+    page.goto(site_url + "attention.html#multiheadedattention.attend")
+    page.wait_for_url("**/api.html#annotated_transformer.attention.MultiHeadedAttention.attend", timeout=15000)
     for name in ("01_attention.html", "02_layers.html", "05_training.html"):
         page.goto(site_url + name, wait_until="networkidle")
         page.locator("mjx-container").first.wait_for(state="attached", timeout=15000)
@@ -166,3 +171,24 @@ def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
 def test_site_is_small():
     total = sum(f.stat().st_size for f in SITE.rglob("*") if f.is_file())
     assert total < 15e6, f"the site is {total / 1e6:.1f} MB (budget 15 MB)"
+
+
+def test_every_docs_link_of_the_package_resolves():
+    "The `Docs:` link of every module docstring and every symbol link of `_modidx.py` lands on something that exists."
+    import importlib
+    import annotated_transformer._modidx as modidx
+    base = modidx.d["settings"]["doc_host"] + modidx.d["settings"]["doc_baseurl"] + "/"
+    api_ids = set(re.findall(r'id="([^"]+)"', (SITE / "api.html").read_text()))
+    modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if p.stem != "_modidx"}
+    for name in sorted(modules):
+        doc = importlib.import_module("annotated_transformer" if name == "__init__" else f"annotated_transformer.{name}").__doc__
+        for url in re.findall(r"Docs: (\S+)", doc or ""):
+            assert url.startswith(base) and (SITE / url[len(base):]).is_file(), f"{name}: Docs link {url} has no page"
+    for module, symbols in modidx.d["syms"].items():
+        for symbol, (link, _) in symbols.items():
+            page, anchor = link.split("#", 1)
+            redirect = (SITE / page).read_text()
+            targets = json.loads(re.search(r"var t = (\{.*?\});", redirect)[1])
+            assert anchor in targets, f"{symbol}: {link} leads nowhere"
+            target = targets[anchor]
+            assert (target.startswith("api.html#") and target[9:] in api_ids) or (SITE / target).is_file(), (symbol, target)

@@ -87,6 +87,39 @@ def vega(static: Path) -> None:
     (static / "vega-setup.js").write_text(f"window.VEGA_DEBUG = {json.dumps(versions)};\n")
 
 
+def nbdev_link_targets(site: Path) -> None:
+    """Make the links nbdev writes resolve on this site: `Docs: .../attention.html.md` in module docstrings and
+    `attention.html#multiheadedattention.attend` in `_modidx.py` name pages by module, without the chapter number.
+    For each module, `<module>.html.md` is the chapter as plain Markdown, and `<module>.html` sends the reader to the
+    symbol's entry in the API reference (or, without a symbol, to the chapter)."""
+    import annotated_transformer._modidx as modidx
+    api_ids = set(re.findall(r'id="(annotated_transformer\.[^"]+)"', (site / "api.html").read_text()))
+    for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        module = next((m[1] for c in cells for m in [re.search(r"#\| default_exp (\w+)", "".join(c["source"]))] if m), None)
+        if module is None:
+            continue
+        module = "index" if module == "__init__" else module
+        text = "\n\n".join("".join(c["source"]) if c["cell_type"] == "markdown" else "```python\n" + "".join(c["source"]) + "\n```"
+                             for c in cells if not "".join(c["source"]).lstrip().startswith("#| hide"))
+        (site / f"{module}.html.md").write_text(text + "\n")
+        if module == "index":
+            continue
+        targets = {}
+        for symbol, (link, _) in modidx.d["syms"].get(f"annotated_transformer.{module}", {}).items():
+            parts = symbol.split(".")
+            while parts and ".".join(parts) not in api_ids:  # e.g. __init__ has no entry of its own: its class does
+                parts.pop()
+            targets[link.split("#", 1)[1]] = "api.html#" + ".".join(parts) if parts else f"{nb.stem}.html"
+        (site / f"{module}.html").write_text(REDIRECT.format(targets=json.dumps(targets), page=f"{nb.stem}.html"))
+
+
+REDIRECT = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Redirecting</title>
+<script>var t = {targets}; var a = location.hash.slice(1); location.replace(t[a] || "{page}");</script>
+</head><body><a href="{page}">Continue to the chapter</a></body></html>
+"""
+
+
 def trim(site: Path) -> None:
     "Drop what readers never load: source maps of the theme's scripts and styles, the theme's translations."
     for f in site.rglob("*.map"):
@@ -119,6 +152,7 @@ def main():
     res = subprocess.run(cmd)
     if res.returncode != 0:
         sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
+    nbdev_link_targets(out)
     trim(out)
     print(f"site built in {out}")
 
