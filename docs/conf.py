@@ -48,3 +48,27 @@ autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 autodoc_typehints = "description"
 autodoc_inherit_docstrings = False  # no "Define the computation performed at every call" from torch.nn.Module
+
+
+def _parameter_comments(app, what, name, obj, options, lines):
+    """Add the comment written beside each parameter in the notebooks (fastcore's docments) to the API reference,
+    as the parameter's description, so the inline documentation reaches the site."""
+    if what not in ("function", "method", "class"):
+        return
+    try:
+        from fastcore.docments import docments
+        comments = docments(obj.__init__ if what == "class" else obj)
+    except Exception:  # a builtin, or a signature docments cannot read
+        return
+    def rst(text):  # a comment is plain text, not reStructuredText: no emphasis, no references
+        return text.replace("*", "\\*").replace("|", "\\|")
+    comments = {p: rst(c) if c else c for p, c in comments.items()}
+    described = [(p, c) for p, c in comments.items() if c and p not in ("self", "return")]
+    if described:
+        lines += [""] + [f":param {p}: {c}" for p, c in described]
+    if comments.get("return"):
+        lines += [f":returns: {comments['return']}"]
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _parameter_comments)

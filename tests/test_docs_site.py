@@ -192,3 +192,10 @@ def test_every_docs_link_of_the_package_resolves():
             assert anchor in targets, f"{symbol}: {link} leads nowhere"
             target = targets[anchor]
             assert (target.startswith("api.html#") and target[9:] in api_ids) or (SITE / target).is_file(), (symbol, target)
+
+
+def test_api_reference_shows_the_parameter_comments():
+    "The comment beside each parameter in the notebooks (nbdev's docments) is that parameter's description on the site."
+    html = re.sub(r"<[^>]+>", "", (SITE / "api.html").read_text())
+    assert "accum_iter (int) – micro-batches per optimizer step (gradient accumulation)" in html
+    assert "Define the computation performed at every call" not in html  # no docstrings inherited from torch
