@@ -25,23 +25,27 @@ ff = "02_layers.html#position-wise-feed-forward-network-section-3-3"
 norm = "02_layers.html#residual-connections-and-where-the-norm-goes-section-3-1"
 emb, pe = "02_layers.html#embeddings-section-3-4", "02_layers.html#positional-encoding-section-3-5"
 enc, dec = "03_model.html#encoder-section-3-1", "03_model.html#decoder-section-3-1-and-the-causal-mask"
-parts = []
-# encoder (left), bottom to top
-parts += [box(L, 560, W, 30, "Source ids (German)", "04_batches.html", EMB),
-          box(L, 510, W, 34, "Embeddings × √d_model", emb, EMB, "shared table when tied (3.4)"),
-          box(L, 460, W, 34, "+ Positional encoding", pe, EMB, "sin/cos, then dropout (3.5)")]
-parts.append(f'<a href="{enc}"><rect x="{L - 12}" y="{220}" width="{W + 24}" height="226" rx="10" fill="none" stroke="currentColor" stroke-dasharray="5 4"/>'
-             f'<text x="{L - 4}" y="{438}" font-size="12">N × encoder layer</text></a>')
+
+
+def input_stack(x, ids_label):
+    "Token ids, embeddings and positional encoding: the bottom of both stacks."
+    return [box(x, 560, W, 30, ids_label, "04_batches.html", EMB),
+            box(x, 510, W, 34, "Embeddings × √d_model", emb, EMB, "shared table when tied (3.4)"),
+            box(x, 460, W, 34, "+ Positional encoding", pe, EMB, "sin/cos, then dropout (3.5)")]
+
+
+def repeated(x, top, href, label):
+    "The dashed frame of the N repeated layers, from y=top down to just above the positional encoding."
+    return (f'<a href="{href}"><rect x="{x - 12}" y="{top}" width="{W + 24}" height="{446 - top}" rx="10" fill="none" '
+            f'stroke="currentColor" stroke-dasharray="5 4"/><text x="{x - 4}" y="438" font-size="12">{label}</text></a>')
+
+
+parts = input_stack(L, "Source ids (German)") + [repeated(L, 220, enc, "N × encoder layer")]  # encoder, bottom to top
 parts += [box(L, 380, W, 40, "Multi-head self-attention", a, ATT, "padding mask (batch, 1, src)"),
           box(L, 338, W, 28, "Add & Norm (residual)", norm, NORM),
           box(L, 278, W, 40, "Feed-forward", ff, FF, "max(0, xW₁+b₁)W₂+b₂ (3.3)"),
           box(L, 236, W, 28, "Add & Norm (residual)", norm, NORM)]
-# decoder (right)
-parts += [box(R, 560, W, 30, "Target ids, shifted right", "04_batches.html", EMB),
-          box(R, 510, W, 34, "Embeddings × √d_model", emb, EMB, "shared table when tied (3.4)"),
-          box(R, 460, W, 34, "+ Positional encoding", pe, EMB, "sin/cos, then dropout (3.5)")]
-parts.append(f'<a href="{dec}"><rect x="{R - 12}" y="{120}" width="{W + 24}" height="326" rx="10" fill="none" stroke="currentColor" stroke-dasharray="5 4"/>'
-             f'<text x="{R - 4}" y="{438}" font-size="12">N × decoder layer</text></a>')
+parts += input_stack(R, "Target ids, shifted right") + [repeated(R, 120, dec, "N × decoder layer")]  # decoder
 parts += [box(R, 380, W, 40, "Masked multi-head self-attention", a, ATT, "causal + padding mask"),
           box(R, 338, W, 28, "Add & Norm (residual)", norm, NORM),
           box(R, 278, W, 40, "Multi-head source attention", a, ATT, "keys, values: encoder memory"),
