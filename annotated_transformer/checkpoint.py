@@ -71,7 +71,10 @@ def writing_folder(path: str | Path,  # the checkpoint folder to (re)place
                    step: int | None = None,  # optimizer step recorded in the manifest
                    ):
     "Yield an empty temporary folder beside `path`; on success, seal it and swap it into place as a whole."
-    path = Path(path)
+    path = Path(path).resolve()
+    if path.exists() and any(path.iterdir()) and not any((path / n).is_file() for n in (MANIFEST_FILE, CONFIG_FILE)):
+        raise ValueError(f"{path} exists and is not a checkpoint folder: it would be replaced as a whole; "
+                         "choose a new folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -52,7 +52,7 @@ def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
     "The last `k` epoch_NNN folders of a training run."
     if k < 1:
         raise ValueError(f"the number of checkpoints to average must be at least 1, got {k}")
-    found = sorted(Path(run_dir).glob("epoch_[0-9][0-9][0-9]"))
+    found = sorted(Path(run_dir).glob("epoch_[0-9][0-9][0-9]*"), key=lambda p: int(p.name.split("_")[1]))
     if len(found) < k:
         raise ValueError(f"{run_dir} has {len(found)} epoch checkpoints, fewer than the {k} requested")
     return found[-k:]
@@ -79,6 +79,9 @@ def _check_average_out(paths: list[Path], out: Path) -> None:
         raise ValueError(f"the output folder {out} is one of the checkpoints to average: choose a new folder")
     if "last" in (out.resolve().name, out.resolve().parent.name):
         raise ValueError(f"the output folder {out} is (inside) a run's last/ folder, which resuming needs: choose another folder")
+    if any(out.resolve() in p.parents for p in resolved) or (out / "train_config.json").exists():
+        raise ValueError(f"the output folder {out} holds checkpoints (a training run): averaging into it would replace "
+                         "them all; choose a new folder")
 
 def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one configuration
                         out: str | Path,  # folder for the averaged weights

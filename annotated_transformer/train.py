@@ -188,22 +188,25 @@ def validation_bleu(model: torch.nn.Module,  # the model being trained (put back
         return None
     pairs = data.raw("val")[:limit]
     was_training = model.training
-    translator = Translator(model, data.src_vocab, data.tgt_vocab, data.src_lang, data.tgt_lang)
-    hypotheses = translator.translate([s for s, _ in pairs], beam_size=1)
-    model.train(was_training)
+    try:
+        translator = Translator(model, data.src_vocab, data.tgt_vocab, data.src_lang, data.tgt_lang)
+        hypotheses = translator.translate([s for s, _ in pairs], beam_size=1)
+    finally:
+        model.train(was_training)
     return round(bleu(hypotheses, [t for _, t in pairs])[0], 2)
 
 def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
-    return {k: str(Path(v).resolve()) if k in ("out_dir", "data_dir") and v else v for k, v in settings.items()}
+    return {k: str(Path(v).resolve()) if k in ("out_dir", "data_dir", "corpus_dir") and v else v for k, v in settings.items()}
 
 def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
     "Create the run folder, refuse to resume a run made with other settings, and save the settings."
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "train_config.json"
-    message = recover_folder(out / "last")  # a crash in the middle of saving last/
-    if message:
-        print(message)
+    for aside in sorted({p.name[1:].rsplit(".", 1)[0] for p in out.glob(".*.tmp")} | {p.name[1:].rsplit(".", 1)[0] for p in out.glob(".*.old")}):
+        message = recover_folder(out / aside)  # a crash in the middle of saving that checkpoint
+        if message:
+            print(message)
     if (out / "last").exists() and saved.exists():
         before, now = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
         changed = {k for k in before if k not in ("epochs", "max_steps") and before[k] != now.get(k)}
@@ -282,11 +285,12 @@ def _save_epoch(out: Path, cfg: TrainConfig, run: _Run, data: TranslationData, r
     run.best = max(run.best, score)
     extra_config = {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg), "epoch": epoch}
     vocabs = {"src_vocab.json": data.src_vocab.to_json(), "tgt_vocab.json": data.tgt_vocab.to_json()}
-    save_checkpoint(out / "last", run.model, run.optimizer, run.scheduler, run.state,
-                    extra={"epoch": epoch - 1, "best": run.best}, extra_config=extra_config, files=vocabs)
     weights_only = ([f"epoch_{epoch:03d}"] if cfg.keep_epochs else []) + (["best"] if is_best else [])
     for folder in weights_only:
         save_model(run.model, out / folder, extra_config=extra_config, files=vocabs)
+    # last/ is written last: a run that dies before it repeats this epoch and writes the folders above again
+    save_checkpoint(out / "last", run.model, run.optimizer, run.scheduler, run.state,
+                    extra={"epoch": epoch - 1, "best": run.best}, extra_config=extra_config, files=vocabs)
     with open(out / "history.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
 
@@ -319,6 +323,8 @@ def _train_epochs(cfg: TrainConfig, run: _Run, data: TranslationData, info: Dist
         if "stopped_after" in record:
             if info.is_main:
                 _save_stopped(out, cfg, run, data, record)
+            if info.world_size > 1:
+                dist.barrier()  # no rank exits (and gets the others killed) before rank 0 has saved
             raise TrainingStopped(f"stopped at step {run.state.step} ({record['stopped_after']} batches into epoch "
                                   f"{epoch + 1}); the checkpoint is in {out / 'last'}: run the same command again to resume")
         history.append(record)

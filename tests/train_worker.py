@@ -3,7 +3,7 @@
     python tests/train_worker.py OUT_DIR MODE
 
 MODE: `full` trains normally; `sigterm@N` sends itself SIGTERM right after optimizer step N; `kill-in-save@N` dies
-(SIGKILL) in the middle of the N-th save of a checkpoint folder, after its weights and before its other files;
+(SIGKILL) in the middle of the N-th save of last/, after its weights and before its other files;
 `hold@N` pauses after step N, with OUT_DIR/ready written, until OUT_DIR/go exists. Exits 0 when training ends,
 3 when it was stopped (TrainingStopped), 4 when the run folder is locked by another run."""
 import os
@@ -31,11 +31,11 @@ def after_step(n, action):
 
 
 def die_in_save(n):
-    "Patch the weight writer: the n-th checkpoint save is killed after its weights file."
+    "Patch the weight writer: the n-th save of last/ is killed after its weights file."
     real, calls = checkpoint.save_file, []
     def save_file(tensors, filename, *args, **kw):
         real(tensors, filename, *args, **kw)
-        if filename.endswith(checkpoint.WEIGHTS_FILE):
+        if filename.endswith(checkpoint.WEIGHTS_FILE) and "/.last.tmp/" in filename:
             calls.append(filename)
             if len(calls) == n:
                 os.kill(os.getpid(), signal.SIGKILL)
