@@ -203,7 +203,7 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
     "Create the run folder, refuse to resume a run made with other settings, and save the settings."
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "train_config.json"
-    for aside in sorted({p.name[1:].rsplit(".", 1)[0] for p in out.glob(".*.tmp")} | {p.name[1:].rsplit(".", 1)[0] for p in out.glob(".*.old")}):
+    for aside in sorted({p.name[1:].rsplit(".", 1)[0] for pattern in (".*.tmp", ".*.old") for p in out.glob(pattern)}):
         message = recover_folder(out / aside)  # a crash in the middle of saving that checkpoint
         if message:
             print(message)
@@ -277,14 +277,21 @@ def _run_epoch(cfg: TrainConfig, run: _Run, data: TranslationData, epoch: int, t
                 lr=run.optimizer.param_groups[0]["lr"], tokens_per_s=round((run.state.tokens - tokens) / seconds),
                 seconds=round(seconds, 1))
 
+def _vocab_files(data: TranslationData) -> dict[str, str]:
+    "The vocabularies as the text files every checkpoint of the run carries."
+    return {"src_vocab.json": data.src_vocab.to_json(), "tgt_vocab.json": data.tgt_vocab.to_json()}
+
+def _extra_config(cfg: TrainConfig, epochs_done: int) -> dict:
+    "What config.json records beside the model: the languages, the run's settings, the epochs completed."
+    return {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg), "epoch": epochs_done}
+
 def _save_epoch(out: Path, cfg: TrainConfig, run: _Run, data: TranslationData, record: dict) -> None:
     "Write last/ (resumable), epoch_NNN/ and, if the validation loss is the best so far, best/; log the record."
     epoch = record["epoch"]
     score = record["val_bleu"] if record["val_bleu"] is not None else -record["val_loss"]  # higher is better
     is_best = score >= run.best
     run.best = max(run.best, score)
-    extra_config = {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg), "epoch": epoch}
-    vocabs = {"src_vocab.json": data.src_vocab.to_json(), "tgt_vocab.json": data.tgt_vocab.to_json()}
+    extra_config, vocabs = _extra_config(cfg, epoch), _vocab_files(data)
     weights_only = ([f"epoch_{epoch:03d}"] if cfg.keep_epochs else []) + (["best"] if is_best else [])
     for folder in weights_only:
         save_model(run.model, out / folder, extra_config=extra_config, files=vocabs)
@@ -296,11 +303,9 @@ def _save_epoch(out: Path, cfg: TrainConfig, run: _Run, data: TranslationData, r
 
 def _save_stopped(out: Path, cfg: TrainConfig, run: _Run, data: TranslationData, record: dict) -> None:
     "Save last/ where a stopped epoch stands: resuming skips the micro-batches already trained."
-    vocabs = {"src_vocab.json": data.src_vocab.to_json(), "tgt_vocab.json": data.tgt_vocab.to_json()}
-    save_checkpoint(out / "last", run.model, run.optimizer, run.scheduler, run.state, files=vocabs,
+    save_checkpoint(out / "last", run.model, run.optimizer, run.scheduler, run.state, files=_vocab_files(data),
                     extra={"epoch": record["epoch"] - 2, "best": run.best, "batches_done": record["stopped_after"]},
-                    extra_config={"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg),
-                                  "epoch": record["epoch"] - 1})
+                    extra_config=_extra_config(cfg, record["epoch"] - 1))
 
 def _train_epochs(cfg: TrainConfig, run: _Run, data: TranslationData, info: DistInfo, out: Path, talk: bool,
                   stop) -> list[dict]:

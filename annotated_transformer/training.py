@@ -247,8 +247,10 @@ def _vocab_sizes(model: nn.Module) -> tuple[int, int] | None:
     config = getattr(getattr(model, "module", model), "config", None)
     return (config.src_vocab, config.tgt_vocab) if config is not None else None
 
-def _check_batch_ids(batch: Batch, vocab_sizes: tuple[int, int]) -> None:
-    "Token ids within the vocabularies; checked while the batch is on the CPU (on a GPU it would cost a host sync)."
+def _check_batch_ids(batch: Batch, vocab_sizes: tuple[int, int] | None) -> None:
+    "Token ids within the vocabularies (None: nothing to check); done on the CPU, where it costs no host sync."
+    if vocab_sizes is None:
+        return
     check_token_ids(batch.src, vocab_sizes[0], "source token id")
     for ids in (batch.tgt, batch.tgt_y):
         check_token_ids(ids, vocab_sizes[1], "target token id")
@@ -313,12 +315,12 @@ def run_epoch(
     precision = resolve_precision(device, precision)
     scaler = scaler if scaler is not None or not training else make_grad_scaler(device, precision)
     model.train(training)
+    vocab_sizes = _vocab_sizes(model) if device.type != "cpu" else None  # on the CPU the embeddings check the ids
     total_loss, total_tokens, pending = torch.zeros((), device=device), 0, 0  # loss summed on the device: no sync
     bar = _Progress(data_iter, optimizer, progress, desc or mode, total)
     with torch.enable_grad() if training else torch.no_grad():
         for batch in bar:
-            if device.type != "cpu" and _vocab_sizes(model):
-                _check_batch_ids(batch, _vocab_sizes(model))
+            _check_batch_ids(batch, vocab_sizes)
             batch = batch.to(device)
             loss, loss_node = _batch_loss(model, loss_compute, batch, device, precision, loss_norm)
             if training:
