@@ -7,8 +7,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'SPLITS', 'SPECIALS', 'BOS', 'EOS', 'PAD', 'UNK', 'default_cache_dir', 'DataError',
            'download', 'bundled_dir', 'multi30k_file', 'ensure_multi30k', 'read_lines', 'load_multi30k',
-           'load_parallel', 'Tokenizer', 'detokenize', 'Vocab', 'encode_pair', 'TranslationData', 'TokenBucketSampler',
-           'collate', 'batches', 'padding_fraction']
+           'load_parallel', 'Tokenizer', 'detokenize', 'Vocab', 'encode_pair', 'TokenBucketSampler', 'collate',
+           'batches', 'padding_fraction']
 
 # %% ../nbs/10_data.ipynb #90133ba4
 import gzip
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from .batches import Batch
 from .checkpoint import sha256_of  # also used here for the data files
+from .training import _moved_name
 
 # %% ../nbs/10_data.ipynb #c643310b
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
@@ -272,47 +273,9 @@ def encode_pair(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab) -> t
     "Ids of one pair, each side wrapped in <s> ... </s>."
     return [BOS] + src_vocab.encode(src_tokens) + [EOS], [BOS] + tgt_vocab.encode(tgt_tokens) + [EOS]
 
-class TranslationData:
-    "Tokenizers, vocabularies and encoded splits of Multi30k German -> English, or of your own parallel corpus."
-    def __init__(self,
-                 data_dir: str | Path | None = None,  # Multi30k files on disk (None: cache/download)
-                 min_freq: int = 2,  # vocabulary threshold
-                 src_vocab: Vocab | None = None, tgt_vocab: Vocab | None = None,  # reuse saved vocabularies
-                 src_lang: str = "de", tgt_lang: str = "en",  # spaCy language codes (and file suffixes of a corpus)
-                 progress: bool = True,  # progress bars while downloading
-                 corpus_dir: str | Path | None = None):  # your own corpus (see `load_parallel`) instead of Multi30k
-        self.data_dir, self.progress, self.corpus_dir = data_dir, progress, corpus_dir
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.src_tok, self.tgt_tok = Tokenizer(src_lang), Tokenizer(tgt_lang)
-        self._raw, self._tokens = {}, {}
-        if src_vocab is None or tgt_vocab is None:
-            src, tgt = zip(*self.tokens("train"))
-            src_vocab = src_vocab or Vocab.build(src, min_freq)
-            tgt_vocab = tgt_vocab or Vocab.build(tgt, min_freq)
-        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
+_MOVED = {"TranslationData": "subwords"}  # moved, still importable from here
+def __getattr__(name: str): return _moved_name(__name__, name, _MOVED)
 
-    def raw(self, split: str) -> list[tuple[str, str]]:
-        "The (source, target) strings of a split."
-        if split not in self._raw:
-            self._raw[split] = (load_parallel(self.corpus_dir, split, self.src_lang, self.tgt_lang) if self.corpus_dir
-                                else load_multi30k(split, self.data_dir, progress=self.progress))
-        return self._raw[split]
-
-    def tokens(self, split: str) -> list[tuple[list[str], list[str]]]:
-        "The tokenized pairs of a split."
-        if split not in self._tokens:
-            self._tokens[split] = [(self.src_tok(s), self.tgt_tok(t)) for s, t in self.raw(split)]
-        return self._tokens[split]
-
-    def encoded(self, split: str, max_tokens_per_sentence: int | None = 100) -> list[tuple[list[int], list[int]]]:
-        "Id pairs of a split; pairs with a side longer than `max_tokens_per_sentence` are dropped."
-        pairs = [encode_pair(s, t, self.src_vocab, self.tgt_vocab) for s, t in self.tokens(split)]
-        if max_tokens_per_sentence is not None:
-            kept = [p for p in pairs if max(len(p[0]), len(p[1])) <= max_tokens_per_sentence]
-            if len(kept) < len(pairs):
-                print(f"{split}: skipped {len(pairs) - len(kept)} pairs longer than {max_tokens_per_sentence} tokens")
-            pairs = kept
-        return pairs
 
 # %% ../nbs/10_data.ipynb #f84f3b64
 class TokenBucketSampler:

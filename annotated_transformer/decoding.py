@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from .checkpoint import load_model, read_config
-from .data import BOS, EOS, PAD, Tokenizer, Vocab, detokenize
+from .data import BOS, EOS, PAD, UNK, Vocab
+from .subwords import SubwordVocab, load_vocabularies, text_codec
 from .model import EncoderDecoder, subsequent_mask
 from .training import _moved_name, default_device
 
@@ -79,6 +80,7 @@ def greedy_decode_cached(model: EncoderDecoder,
                          max_len: int,  # maximum output length, start symbol included
                          start_symbol: int = BOS,
                          end_symbol: int | None = EOS,  # finished rows repeat it; stop when all finished
+                         banned: int | None = None,  # a token never to output (e.g. <unk>)
                          ) -> torch.Tensor:  # (batch, <= max_len), same as `greedy_decode`
     "Batched greedy decoding with a key/value cache; sentences that produced `end_symbol` leave the batch."
     memory = model.encode(src, src_mask)
@@ -89,7 +91,10 @@ def greedy_decode_cached(model: EncoderDecoder,
     last = ys[:, 0]  # (active,) newest token of each active row
     for position in range(max_len - 1):
         out = decode_step(model, last, position, cache, src_mask)  # (active, d_model)
-        next_word = model.generator.proj(out).argmax(dim=-1)  # argmax of logits = argmax of log-probs
+        logits = model.generator.proj(out)  # (active, V); argmax of logits = argmax of log-probs
+        if banned is not None:
+            logits[:, banned] = float("-inf")
+        next_word = logits.argmax(dim=-1)
         column = torch.full((batch,), end_symbol if end_symbol is not None else 0, dtype=ys.dtype, device=ys.device)
         ys = torch.cat([ys, column.index_copy(0, rows, next_word).unsqueeze(1)], dim=1)  # finished rows repeat </s>
         if end_symbol is not None:
@@ -140,6 +145,7 @@ def beam_search(model: EncoderDecoder,
                 alpha: float = 0.6,  # length penalty (0.6 in the paper)
                 max_extra: int = 50,  # output limit: input length + max_extra tokens (paper: 50)
                 start_symbol: int = BOS, end_symbol: int = EOS,
+                banned: int | None = None,  # a token never to output (e.g. <unk>)
                 ) -> tuple[list[list[int]], torch.Tensor]:  # best output ids (no <s>, no </s>) and scores
     "Batched beam search with a key/value cache and the GNMT length penalty."
     B, K, device = src.size(0), beam_size, src.device
@@ -165,6 +171,8 @@ def beam_search(model: EncoderDecoder,
 
     for position in range(int(limits.max())):
         logp = model.generator(decode_step(model, tokens[:, -1], position, cache, mask)).float()  # (B*K, V)
+        if banned is not None:
+            logp[:, banned] = float("-inf")
         logp = _next_token_logp(logp, finished, lengths, limits, end_symbol)
         rows, word, scores = _best_continuations(scores, logp, lengths + (~finished).long(), K, alpha)
         lengths = (lengths + (~finished).long())[rows]
@@ -207,27 +215,29 @@ def _check_decoding_args(beam_size: int, alpha: float, max_extra: int, batch_siz
         raise ValueError(f"max_extra must be at least 1, got {max_extra!r}")
 
 class Translator:
-    "Model + vocabularies + tokenizers; translates raw source sentences to detokenized target text."
-    def __init__(self, model: EncoderDecoder, src_vocab: Vocab, tgt_vocab: Vocab,
-                 src_lang: str = "de", tgt_lang: str = "en"):
+    "Model + vocabularies; translates raw source sentences to target text (never `<unk>` with subwords)."
+    def __init__(self, model: EncoderDecoder,
+                 src_vocab: Vocab | SubwordVocab,  # word vocabularies, or one shared `SubwordVocab` given twice
+                 tgt_vocab: Vocab | SubwordVocab,
+                 src_lang: str = "de", tgt_lang: str = "en"):  # spaCy languages of word vocabularies
         self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
-        self.src_tok = Tokenizer(src_lang)
+        self.src_codec, self.tgt_codec = text_codec(src_vocab, src_lang), text_codec(tgt_vocab, tgt_lang)
+        self.banned = UNK if isinstance(tgt_vocab, SubwordVocab) else None  # subwords can spell any word
         if model.config.src_vocab != len(src_vocab) or model.config.tgt_vocab != len(tgt_vocab):
             raise ValueError(f"the model expects vocabularies of {model.config.src_vocab}/{model.config.tgt_vocab} "
                              f"tokens, the given ones have {len(src_vocab)}/{len(tgt_vocab)}")
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path,  # a folder with model.safetensors, config.json and *_vocab.json
+    def from_checkpoint(cls, path: str | Path,  # a folder with model.safetensors, config.json and the vocabularies
                         device: str | torch.device | None = None) -> "Translator":
         path = Path(path)
         extra = read_config(path).get("extra", {})
         model = load_model(path, default_device(device))
-        return cls(model, Vocab.load(path / "src_vocab.json"), Vocab.load(path / "tgt_vocab.json"),
-                   extra.get("src_lang", "de"), extra.get("tgt_lang", "en"))
+        return cls(model, *load_vocabularies(path), extra.get("src_lang", "de"), extra.get("tgt_lang", "en"))
 
     def encode(self, sentence: str) -> list[int]:
         "Source ids of one raw sentence: <s> tokens </s>."
-        return [BOS] + self.src_vocab.encode(self.src_tok(sentence)) + [EOS]
+        return [BOS] + self.src_codec.encode_text(sentence) + [EOS]
 
     def too_long(self,
                  sentences: list[str],  # raw source sentences
@@ -274,15 +284,16 @@ class Translator:
             src = src.to(device)
             src_mask = (src != PAD).unsqueeze(-2)
             if beam_size == 1:
-                out = greedy_decode_cached(self.model, src, src_mask, width + max_extra + 1, BOS, EOS)
+                out = greedy_decode_cached(self.model, src, src_mask, width + max_extra + 1, BOS, EOS, self.banned)
                 outputs = [row[1:] for row in out.tolist()]
             else:
-                outputs, _ = beam_search(self.model, src, src_mask, beam_size, alpha, max_extra)
+                outputs, _ = beam_search(self.model, src, src_mask, beam_size, alpha, max_extra, banned=self.banned)
             for row, i in enumerate(idx):
-                results[i] = detokenize(self.tgt_vocab.decode(outputs[row]))
+                results[i] = self.tgt_codec.decode_text(outputs[row])
         return results
 
-def translate(model: EncoderDecoder, sentences: list[str], src_vocab: Vocab, tgt_vocab: Vocab,
+def translate(model: EncoderDecoder, sentences: list[str], src_vocab: Vocab | SubwordVocab,
+              tgt_vocab: Vocab | SubwordVocab,
               src_lang: str = "de", tgt_lang: str = "en", **kwargs) -> list[str]:
     "Translate raw sentences with `model`; keyword arguments go to `Translator.translate`."
     return Translator(model, src_vocab, tgt_vocab, src_lang, tgt_lang).translate(sentences, **kwargs)

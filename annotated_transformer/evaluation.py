@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from .checkpoint import WEIGHTS_FILE, load_weights, read_config, save_model, weights_to_save
 from .data import load_multi30k
 from .decoding import Translator
+from .subwords import TOKENIZER_FILE, WORD_VOCAB_FILES
 from .model import ModelConfig, build_model
 
 # %% ../nbs/12_evaluation.ipynb #089211d7
@@ -34,11 +35,12 @@ def evaluate_translator(translator: Translator,
                         beam_size: int = 4, alpha: float = 0.6,
                         limit: int | None = None,  # only the first `limit` sentences
                         ) -> dict:
-    "BLEU of a `Translator` on a Multi30k split, with the signature and the first translations."
+    "BLEU of a `Translator` on a Multi30k split, with the signature, the count of `<unk>` written and the first translations."
     pairs = load_multi30k(split, data_dir)[:limit]
     hyps = translator.translate([de for de, _ in pairs], beam_size=beam_size, alpha=alpha)
     score, signature = bleu(hyps, [en for _, en in pairs])
     return {"bleu": score, "signature": signature, "split": split, "sentences": len(pairs), "beam_size": beam_size,
+            "unk": sum(h.count("<unk>") for h in hyps),  # unknown words written in all the translations
             "examples": [{"source": de, "reference": en, "hypothesis": h} for (de, en), h in list(zip(pairs, hyps))[:5]]}
 
 def evaluate(path: str | Path,  # checkpoint folder
@@ -57,7 +59,7 @@ def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
         raise ValueError(f"{run_dir} has {len(found)} epoch checkpoints, fewer than the {k} requested")
     return found[-k:]
 
-VOCAB_FILES = ("src_vocab.json", "tgt_vocab.json")
+VOCAB_FILES = (TOKENIZER_FILE, *WORD_VOCAB_FILES)  # whichever a checkpoint has
 
 def vocabulary_files(folder: str | Path) -> dict[str, str]:
     "{name: text} of the vocabulary files in checkpoint folder `folder` (to save them with another checkpoint)."

@@ -155,7 +155,7 @@ class ModelConfig:
     d_ff: int = 2048  # feed-forward inner width
     h: int = 8  # attention heads
     dropout: float = 0.1  # dropout everywhere (residual, attention weights, embeddings)
-    tie_embeddings: bool = False  # share source/target embeddings and output projection (section 3.4)
+    tie_embeddings: bool | None = None  # share source/target embeddings and output projection (section 3.4); None: when the vocabulary is shared
     pre_norm: bool = True  # True: Annotated Transformer layout; False: the paper's post-norm
     max_len: int = 5000  # longest sequence the positional encoding covers
 
@@ -180,9 +180,12 @@ class ModelConfig:
             return f"vocabulary sizes {self.src_vocab}/{self.tgt_vocab} cannot be negative"
         return None
 
-    def with_vocab(self, src_vocab: int, tgt_vocab: int) -> "ModelConfig":
-        "These settings with the vocabulary sizes of the data."
-        return replace(self, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+    def with_vocab(self, src_vocab: int, tgt_vocab: int,
+                   shared: bool = False,  # one vocabulary for both languages: tie_embeddings=None becomes True
+                   ) -> "ModelConfig":
+        "These settings with the vocabulary sizes of the data (and tie_embeddings decided)."
+        tie = shared if self.tie_embeddings is None else self.tie_embeddings
+        return replace(self, src_vocab=src_vocab, tgt_vocab=tgt_vocab, tie_embeddings=tie)
 
     @classmethod
     def preset(cls, name: str, src_vocab: int = 0, tgt_vocab: int = 0, **overrides) -> "ModelConfig":

@@ -27,7 +27,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .checkpoint import load_checkpoint, recover_folder, save_checkpoint, save_model
-from .data import PAD, TokenBucketSampler, TranslationData, Vocab, batches
+from .data import PAD, TokenBucketSampler, batches
+from .subwords import TranslationData, load_vocabularies, vocabulary_texts
 from .decoding import Translator
 from .evaluation import bleu
 from .fast import speed_up
@@ -48,9 +49,10 @@ class TrainConfig:
     corpus_dir: str | None = None  # your own corpus instead: {train,val,test}.{src_lang,tgt_lang}[.gz], a sentence a line
     src_lang: str = "de"  # source language (spaCy code; the suffix of the corpus files)
     tgt_lang: str = "en"  # target language
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1))  # the model (vocabulary sizes come from the data)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1))  # the model (vocabulary sizes come from the data; tied when shared)
     preset: str | None = None  # small, base or big: the model's N, d_model, d_ff, h and dropout from PRESETS
-    min_freq: int = 2  # vocabulary threshold
+    subwords: int = 8000  # tokens of one BPE vocabulary shared by both languages; 0: a word vocabulary per language
+    min_freq: int = 2  # words seen fewer times are <unk>; subwords: pairs seen fewer times are not merged
     max_tokens: int = 2500  # padded tokens per batch per process
     accum_iter: int = 1  # micro-batches per optimizer step
     epochs: int = 12  # training epochs
@@ -70,10 +72,12 @@ class TrainConfig:
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
 
-    def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+    def model_config(self, src_vocab: int, tgt_vocab: int,
+                     shared: bool = False,  # one vocabulary for both languages (then tied unless tie_embeddings=False)
+                     ) -> ModelConfig:
         "The model's settings for vocabularies of these sizes (with the preset's sizes if one is named)."
         model = replace(self.model, **PRESETS[self.preset]) if self.preset else self.model
-        return model.with_vocab(src_vocab, tgt_vocab)
+        return model.with_vocab(src_vocab, tgt_vocab, shared)
 
 # %% ../nbs/13_train.ipynb #c6d550b3
 @dataclass
@@ -217,12 +221,9 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
 
 def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
     "The data and vocabularies: a resumed run reuses the vocabularies it was started with."
-    vocabs = {}
-    if (out / "last" / "src_vocab.json").exists():
-        vocabs = dict(src_vocab=Vocab.load(out / "last" / "src_vocab.json"),
-                      tgt_vocab=Vocab.load(out / "last" / "tgt_vocab.json"))
+    vocabs = dict(zip(("src_vocab", "tgt_vocab"), load_vocabularies(out / "last"))) if (out / "last").exists() else {}
     return TranslationData(cfg.data_dir, cfg.min_freq, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, progress=talk,
-                           corpus_dir=cfg.corpus_dir, **vocabs)
+                           corpus_dir=cfg.corpus_dir, subwords=cfg.subwords, **vocabs)
 
 @dataclass
 class _Run:
@@ -240,7 +241,7 @@ class _Run:
 def _start_run(cfg: TrainConfig, data: TranslationData, info: DistInfo, out: Path, talk: bool) -> _Run:
     "Build the model, optimizer and schedule, and resume them from out/last if a run was interrupted."
     set_seed(cfg.seed)
-    model = speed_up(build_model(cfg.model_config(len(data.src_vocab), len(data.tgt_vocab)))).to(info.device)
+    model = speed_up(build_model(cfg.model_config(len(data.src_vocab), len(data.tgt_vocab), data.shared))).to(info.device)
     optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
     state, extra = TrainState(), {"epoch": -1, "best": -math.inf}
     if (out / "last").exists():
@@ -279,7 +280,7 @@ def _run_epoch(cfg: TrainConfig, run: _Run, data: TranslationData, epoch: int, t
 
 def _vocab_files(data: TranslationData) -> dict[str, str]:
     "The vocabularies as the text files every checkpoint of the run carries."
-    return {"src_vocab.json": data.src_vocab.to_json(), "tgt_vocab.json": data.tgt_vocab.to_json()}
+    return vocabulary_texts(data.src_vocab, data.tgt_vocab)
 
 def _extra_config(cfg: TrainConfig, epochs_done: int) -> dict:
     "What config.json records beside the model: the languages, the run's settings, the epochs completed."
