@@ -84,8 +84,15 @@ def test_a_replaced_vocabulary_is_refused(tmp_path):
     import shutil
     ckpt = tmp_path / "model"
     shutil.copytree(shipped_model_dir(), ckpt)
-    words = json.loads((ckpt / "tgt_vocab.json").read_text())
-    (ckpt / "tgt_vocab.json").write_text(json.dumps(words[:4] + words[4:][::-1], ensure_ascii=False))  # same size
+    name = "tokenizer.json" if (ckpt / "tokenizer.json").exists() else "tgt_vocab.json"  # subwords, or words
+    data = json.loads((ckpt / name).read_text())
+    if name == "tokenizer.json":  # two pieces swap their ids: same size, other meaning
+        vocab = data["model"]["vocab"]
+        a, b = list(vocab)[100:102]
+        vocab[a], vocab[b] = vocab[b], vocab[a]
+    else:
+        data = data[:4] + data[4:][::-1]
+    (ckpt / name).write_text(json.dumps(data, ensure_ascii=False))
     res = cli("translate", "--checkpoint", str(ckpt), "Ein Hund.")
     assert res.returncode == 2 and res.stdout == b""
-    assert "tgt_vocab.json is not the file the checkpoint was written with" in res.stderr.decode()
+    assert f"{name} is not the file the checkpoint was written with" in res.stderr.decode()
