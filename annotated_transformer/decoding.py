@@ -115,8 +115,10 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
 
 def _next_token_logp(logp: torch.Tensor,  # (rows, V) log-probabilities from the model
                      finished: torch.Tensor, lengths: torch.Tensor, limits: torch.Tensor,  # (rows,) each
-                     end_symbol: int) -> torch.Tensor:  # (rows, V)
-    "A beam that has ended can only repeat </s>, at no cost; a beam at its length limit must end now."
+                     end_symbol: int, banned: int | None = None) -> torch.Tensor:  # (rows, V)
+    "A beam that has ended can only repeat </s>, at no cost; a beam at its length limit must end now; never `banned`."
+    if banned is not None:
+        logp[:, banned] = float("-inf")
     forced_end = finished | (lengths + 1 >= limits)
     end_logp = torch.where(finished, torch.zeros_like(logp[:, end_symbol]), logp[:, end_symbol])
     logp = logp.masked_fill(forced_end.unsqueeze(1), float("-inf"))
@@ -144,8 +146,7 @@ def beam_search(model: EncoderDecoder,
                 beam_size: int = 4,  # k (4 in the paper)
                 alpha: float = 0.6,  # length penalty (0.6 in the paper)
                 max_extra: int = 50,  # output limit: input length + max_extra tokens (paper: 50)
-                start_symbol: int = BOS, end_symbol: int = EOS,
-                banned: int | None = None,  # a token never to output (e.g. <unk>)
+                start_symbol: int = BOS, end_symbol: int = EOS, banned: int | None = None,  # banned: never output (<unk>)
                 ) -> tuple[list[list[int]], torch.Tensor]:  # best output ids (no <s>, no </s>) and scores
     "Batched beam search with a key/value cache and the GNMT length penalty."
     B, K, device = src.size(0), beam_size, src.device
@@ -171,9 +172,7 @@ def beam_search(model: EncoderDecoder,
 
     for position in range(int(limits.max())):
         logp = model.generator(decode_step(model, tokens[:, -1], position, cache, mask)).float()  # (B*K, V)
-        if banned is not None:
-            logp[:, banned] = float("-inf")
-        logp = _next_token_logp(logp, finished, lengths, limits, end_symbol)
+        logp = _next_token_logp(logp, finished, lengths, limits, end_symbol, banned)
         rows, word, scores = _best_continuations(scores, logp, lengths + (~finished).long(), K, alpha)
         lengths = (lengths + (~finished).long())[rows]
         finished = finished[rows] | (word == end_symbol)
