@@ -103,7 +103,8 @@ CHECKS = {**{name: at_least(1) for name in ("N", "d_ff", "h", "max_len", "epochs
           "d_model": at_least(2), "vocab": at_least(3), "seq_len": at_least(2), "seed": at_least(0),
           "dropout": number_in(0, 1, high_open=True), "smoothing": number_in(0, 1, high_open=True),
           "factor": number_in(1e-12), "max_grad_norm": number_in(1e-12), "precision": one_of(PRECISIONS),
-          "preset": one_of(tuple(PRESETS)), "data_dir": folder, "corpus_dir": folder, "val_bleu_sentences": at_least(0)}
+          "preset": one_of(tuple(PRESETS)), "data_dir": folder, "corpus_dir": folder, "val_bleu_sentences": at_least(0),
+          "subwords": at_least(0)}
 
 # %% ../nbs/90_cli.ipynb #ec8420d7
 _FIELD_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")

@@ -156,7 +156,9 @@ class TranslationData:
         self.data_dir, self.progress, self.corpus_dir = data_dir, progress, corpus_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self._raw, self._tokens = {}, {}
-        if src_vocab is None or tgt_vocab is None:
+        if (src_vocab is None) != (tgt_vocab is None):
+            raise ValueError("give both vocabularies (one SubwordVocab twice when shared) or neither, not one")
+        if src_vocab is None:
             src_vocab, tgt_vocab = self._build_vocabularies(min_freq, subwords)
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.src_codec, self.tgt_codec = text_codec(src_vocab, src_lang), text_codec(tgt_vocab, tgt_lang)

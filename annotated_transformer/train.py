@@ -203,6 +203,12 @@ def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
     return {k: str(Path(v).resolve()) if k in ("out_dir", "data_dir", "corpus_dir") and v else v for k, v in settings.items()}
 
+def _upgrade_saved(before: dict) -> dict:
+    "Settings saved before subwords existed: their tie_embeddings=False (word vocabularies) is what None means now."
+    if "subwords" not in before and before.get("model", {}).get("tie_embeddings") is False:
+        before["model"]["tie_embeddings"] = None
+    return before
+
 def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
     "Create the run folder, refuse to resume a run made with other settings, and save the settings."
     out.mkdir(parents=True, exist_ok=True)
@@ -212,7 +218,7 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
         if message:
             print(message)
     if (out / "last").exists() and saved.exists():
-        before, now = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
+        before, now = _comparable(_upgrade_saved(json.loads(saved.read_text()))), _comparable(asdict(cfg))
         changed = {k for k in before if k not in ("epochs", "max_steps") and before[k] != now.get(k)}
         if changed:
             raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
