@@ -7,8 +7,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'SPLITS', 'SPECIALS', 'BOS', 'EOS', 'PAD', 'UNK', 'default_cache_dir', 'DataError',
            'download', 'bundled_dir', 'multi30k_file', 'ensure_multi30k', 'read_lines', 'load_multi30k',
-           'load_parallel', 'Tokenizer', 'detokenize', 'Vocab', 'encode_pair', 'TokenBucketSampler', 'collate',
-           'batches', 'padding_fraction']
+           'load_parallel', 'Tokenizer', 'detokenize', 'kept_ids', 'Vocab', 'encode_pair', 'TokenBucketSampler',
+           'collate', 'batches', 'padding_fraction']
 
 # %% ../nbs/10_data.ipynb #90133ba4
 import gzip
@@ -207,6 +207,23 @@ def detokenize(tokens: list[str]) -> str:
 SPECIALS = ("<s>", "</s>", "<blank>", "<unk>")
 BOS, EOS, PAD, UNK = 0, 1, 2, 3
 
+def kept_ids(ids,  # a list or tensor of token ids
+             size: int,  # the vocabulary's size: an id outside 0..size-1 is an error
+             strip_specials: bool = True,  # stop at </s>, drop <s> and <blank>
+             ) -> list[int]:
+    "The ids a decoder turns into text: up to the first </s>, without <s> and <blank> (any vocabulary)."
+    out = []
+    for i in (ids.tolist() if torch.is_tensor(ids) else ids):
+        if not 0 <= i < size:
+            raise ValueError(f"id {i} is outside the vocabulary of {size} tokens")
+        if strip_specials:
+            if i == EOS:
+                break
+            if i in (BOS, PAD):
+                continue
+        out.append(i)
+    return out
+
 class Vocab:
     "Token <-> id mapping with the specials <s>, </s>, <blank>, <unk> at ids 0-3."
     def __init__(self, itos: list[str]):  # tokens in id order, starting with the four specials
@@ -227,17 +244,7 @@ class Vocab:
 
     def decode(self, ids, strip_specials: bool = True) -> list[str]:
         "Tokens of `ids`; stops at </s> and drops <s>/<blank> when `strip_specials`."
-        out = []
-        for i in (ids.tolist() if torch.is_tensor(ids) else ids):
-            if not 0 <= i < len(self):
-                raise ValueError(f"id {i} is outside the vocabulary of {len(self)} tokens")
-            if strip_specials:
-                if i == EOS:
-                    break
-                if i in (BOS, PAD):
-                    continue
-            out.append(self.itos[i])
-        return out
+        return [self.itos[i] for i in kept_ids(ids, len(self), strip_specials)]
 
     @classmethod
     def build(cls, sentences,  # iterable of token lists (training split only!)

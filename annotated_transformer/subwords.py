@@ -11,8 +11,8 @@ __all__ = ['TOKENIZER_FILE', 'WORD_VOCAB_FILES', 'SubwordVocab', 'readable_piece
 # %% ../nbs/10a_subwords.ipynb #0f36b951
 from pathlib import Path
 
-from .data import (BOS, EOS, PAD, SPECIALS, UNK, Tokenizer, Vocab, detokenize, load_multi30k,
-                                        load_parallel)
+from .data import (BOS, EOS, SPECIALS, UNK, Tokenizer, Vocab, detokenize, kept_ids,
+                                        load_multi30k, load_parallel)
 
 # %% ../nbs/10a_subwords.ipynb #ba9a8c3b
 class SubwordVocab:
@@ -48,13 +48,13 @@ class SubwordVocab:
 
     def tokens_of(self, ids) -> list[str]:
         "The pieces of `ids`, up to </s>, without <s> and <blank> (for charts; '▁' marks the start of a word)."
-        return [self.tokenizer.id_to_token(i) for i in _kept_ids(ids, len(self))]
+        return [self.tokenizer.id_to_token(i) for i in kept_ids(ids, len(self))]
 
     def pieces(self, text: str) -> list[str]: return self.tokens_of(self.encode_text(text))
 
     def decode_text(self, ids) -> str:
         "The text of `ids` (up to </s>): the pieces joined, '▁' turned back into spaces."
-        return self.tokenizer.decode(_kept_ids(ids, len(self)), skip_special_tokens=False)
+        return self.tokenizer.decode(kept_ids(ids, len(self)), skip_special_tokens=False)
 
     def to_json(self) -> str: return self.tokenizer.to_str()
 
@@ -74,17 +74,6 @@ class SubwordVocab:
         except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
             raise ValueError(f"subword vocabulary file {path} is not a tokenizers JSON file ({e})") from None
 
-def _kept_ids(ids, size: int) -> list[int]:
-    "`ids` up to the first </s>, without <s> and <blank>; an id outside the vocabulary is an error."
-    out = []
-    for i in (ids.tolist() if hasattr(ids, "tolist") else ids):
-        if not 0 <= i < size:
-            raise ValueError(f"id {i} is outside the vocabulary of {size} tokens")
-        if i == EOS:
-            break
-        if i not in (BOS, PAD):
-            out.append(i)
-    return out
 
 # %% ../nbs/10a_subwords.ipynb #1841c0df
 def readable_pieces(pieces: list[str]) -> list[str]:
