@@ -120,6 +120,36 @@ REDIRECT = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>
 """
 
 
+LIVE_MODEL = ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"  # the package's shipped model
+LIVE_MODEL_FILES = ("config.json", "tokenizer.json", "model.safetensors")  # what docs/live/worker.js reads
+
+
+def live_translator(static: Path) -> None:
+    """The in-browser translator: docs/live/ into _static/live/, and the shipped model's files (checked against the
+    SHA-256s of its manifest.json) into _static/live/model/. Built from the package each time, so the page always
+    runs the package's current model, and the weights are stored once in the repository."""
+    import hashlib
+    dst = static / "live"
+    shutil.copytree(ROOT / "docs" / "live", dst, dirs_exist_ok=True)
+    (dst / "model").mkdir(exist_ok=True)
+    manifest = json.loads((LIVE_MODEL / "manifest.json").read_text())
+    for name in LIVE_MODEL_FILES:
+        digest = hashlib.sha256((LIVE_MODEL / name).read_bytes()).hexdigest()
+        if digest != manifest["files"].get(name):
+            sys.exit(f"{LIVE_MODEL / name} does not match the SHA-256 in its manifest.json: the shipped model is damaged")
+        shutil.copy(LIVE_MODEL / name, dst / "model" / name)
+    shutil.copy(LIVE_MODEL / "manifest.json", dst / "model" / "manifest.json")
+
+
+def live_translator_tags(site: Path) -> None:
+    "Load the translator's script and style on the pages that have a `live-translate` box, and only there."
+    tags = '<link rel="stylesheet" href="_static/live/live.css">\n<script type="module" src="_static/live/live.js"></script>\n'
+    for page in site.glob("*.html"):
+        html = page.read_text()
+        if 'class="live-translate"' in html:
+            page.write_text(html.replace("</head>", tags + "</head>", 1))
+
+
 def trim(site: Path) -> None:
     "Drop what readers never load: source maps of the theme's scripts and styles, the theme's translations."
     for f in site.rglob("*.map"):
@@ -146,6 +176,7 @@ def main():
         prepare_notebook(nb, src / nb.name, None)
     vega(src / "_static")
     mathjax(src / "_static")
+    live_translator(src / "_static")
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)]
@@ -153,6 +184,7 @@ def main():
     if res.returncode != 0:
         sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
     nbdev_link_targets(out)
+    live_translator_tags(out)
     trim(out)
     print(f"site built in {out}")
 
