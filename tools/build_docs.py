@@ -141,12 +141,31 @@ def live_translator(static: Path) -> None:
     shutil.copy(LIVE_MODEL / "manifest.json", dst / "model" / "manifest.json")
 
 
+def live_benchmark_table() -> str:
+    "The speed of the in-browser translator, as benchmarks/live_translate.py measured it into results_live.json."
+    f = ROOT / "benchmarks" / "results_live.json"
+    if not f.exists():
+        return ""
+    r = json.loads(f.read_text())
+    rows = "".join(f"<tr><td>{label} ({r[k]['sentences']} test2016 sentences)</td><td>{r[k]['median_ms']:.0f} ms</td>"
+                   f"<td>{r[k]['mean_ms']:.0f} ms</td><td>{r[k]['p90_ms']:.0f} ms</td></tr>"
+                   for k, label in (("greedy", "a sentence, greedy"), ("beam4", "a sentence, beam search (4 beams)")))
+    return (f'<table class="lt-benchmark"><caption>Speed in {r["browser"]} on {r["cpu_cores"]} CPU cores '
+            f'(<code>benchmarks/live_translate.py</code>; 1-minute load average of the machine {r["load_average"][0]}): '
+            f'loading the model takes {r["load_s"]["empty_cache"]} s the first time ({r["weights_mb"]} MB of weights) and '
+            f'{r["load_s"]["cache_api"]} s from the browser\'s cache; a sentence, from the request to its translation and '
+            f'attention maps:</caption><thead><tr><th></th><th>median</th><th>mean</th><th>90th percentile</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>\n")
+
+
 def live_translator_tags(site: Path) -> None:
-    "Load the translator's script and style on the pages that have a `live-translate` box, and only there."
+    "Load the translator's script and style on the pages that have a `live-translate` box, and only there; its speed below it."
     tags = '<link rel="stylesheet" href="_static/live/live.css">\n<script type="module" src="_static/live/live.js"></script>\n'
+    table = live_benchmark_table()
     for page in site.glob("*.html"):
         html = page.read_text()
         if 'class="live-translate"' in html:
+            html = re.sub(r'(<div class="live-translate".*?</div>\n)', lambda m: m[1] + table, html, count=1, flags=re.S)
             page.write_text(html.replace("</head>", tags + "</head>", 1))
 
 

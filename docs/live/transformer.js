@@ -255,27 +255,28 @@ export function positionalEncoding(position, d) {
 // Chapter 01: attention.
 // ---------------------------------------------------------------------------------------------
 
-// Equation 1 for ONE head and ONE query: softmax(q K^T / sqrt(d_k)) V. `keys` and `values` are
-// lists of d_model-wide rows; this head reads columns [offset, offset + dk) of each. A key that
-// may not be attended to (a future position) is simply not in the list: the package's -1e9 score
-// gives it a weight of exactly 0 too. Writes the head's output into `out` and returns the weights.
-export function attention(q, qOffset, keys, values, offset, dk, out) {
+// Equation 1 for ONE head and ONE query: softmax(q K^T / sqrt(d_k)) V. `q` and `out` are d_model wide,
+// `keys` and `values` are lists of d_model-wide rows; this head reads and writes columns
+// [offset, offset + dk) of each. A key that may not be attended to (a future position) is simply
+// left out of the lists: the package's score of -1e9 gives it a weight of exactly 0 as well.
+// Returns the weights over the keys (they sum to 1).
+export function attention(q, keys, values, offset, dk, out) {
   const scale = Math.sqrt(dk), scores = new Float64Array(keys.length);
   let max = -Infinity;
   for (let j = 0; j < keys.length; j++) {
     let s = 0;
-    for (let k = 0; k < dk; k++) s += q[qOffset + k] * keys[j][offset + k];
-    scores[j] = Math.fround(s) / scale;
+    for (let k = offset; k < offset + dk; k++) s += q[k] * keys[j][k];
+    scores[j] = s / scale;
     if (scores[j] > max) max = scores[j];
   }
-  let total = 0;
+  let total = 0;  // softmax over the keys, shifted by the largest score so that exp cannot overflow
   for (let j = 0; j < keys.length; j++) total += (scores[j] = Math.exp(scores[j] - max));
   const weights = new Float32Array(keys.length);
-  for (let j = 0; j < keys.length; j++) weights[j] = scores[j] / total;  // each row sums to 1
-  for (let k = 0; k < dk; k++) {
+  for (let j = 0; j < keys.length; j++) weights[j] = scores[j] / total;
+  for (let k = offset; k < offset + dk; k++) {  // the weighted average of the values
     let s = 0;
-    for (let j = 0; j < keys.length; j++) s += weights[j] * values[j][offset + k];
-    out[qOffset + k] = s;
+    for (let j = 0; j < keys.length; j++) s += weights[j] * values[j][k];
+    out[k] = s;
   }
   return weights;
 }
@@ -301,7 +302,7 @@ export class MultiHeadAttention {
       const n = visible(i), qi = q.data.subarray(i * d, (i + 1) * d), oi = heads.data.subarray(i * d, (i + 1) * d);
       const k = n === keys.length ? keys : keys.slice(0, n), v = n === values.length ? values : values.slice(0, n);
       for (let head = 0; head < this.h; head++) {
-        weights[head].push(attention(qi, head * dk, k, v, head * dk, dk, oi));
+        weights[head].push(attention(qi, k, v, head * dk, dk, oi));
       }
     }
     return { out: linear(heads, this.p.o.w, this.p.o.b), weights };
@@ -342,6 +343,10 @@ export class Transformer {
     // Section 3.4: with tie_embeddings one (vocab, d_model) matrix is the source embedding, the target
     // embedding and the output projection; the checkpoint stores it once, as src_embed.
     this.srcEmbed = t("src_embed.0.lut.weight");
+    if (this.srcEmbed.shape[0] !== c.src_vocab || this.srcEmbed.shape[1] !== c.d_model) {
+      throw new Error(`model.safetensors does not fit config.json: embeddings of shape ${this.srcEmbed.shape}, ` +
+                      `expected ${c.src_vocab},${c.d_model}`);
+    }
     this.tgtEmbed = c.tie_embeddings ? this.srcEmbed : t("tgt_embed.0.lut.weight");
     this.proj = { w: c.tie_embeddings ? this.srcEmbed : t("generator.proj.weight"), b: t("generator.proj.bias") };
   }

@@ -11,7 +11,7 @@
 // file by the docs build. Each is checked against the SHA-256 that manifest.json records, and kept in
 // the browser's Cache API under its hash: a later visit (or an offline one) reads them from there, and a
 // new model (new hashes) is downloaded again.
-import { SubwordTokenizer, Transformer, Translator, readSafetensors, sha256Hex, UNK } from "./transformer.js";
+import { SubwordTokenizer, Transformer, Translator, readSafetensors, sha256Hex, BOS, EOS, UNK } from "./transformer.js";
 
 const CACHE = "annotated-transformer-live";
 const MAX_TOKENS = 100;  // TranslationData.encoded keeps training pairs of at most 100 tokens a side: the model saw no longer ones
@@ -109,7 +109,7 @@ async function translate({ id, text, beamSize, modelUrl }) {
     loading = loading || loadTokenizer(new URL(modelUrl, self.location.href).href);
     await loading;
   }
-  const srcIds = state.translator ? state.translator.encode(text) : [0, ...state.tokenizer.encode(text), 1];
+  const srcIds = [BOS, ...state.tokenizer.encode(text), EOS];  // as Translator.encode
   const problem = inputProblem(text, srcIds);
   if (problem) return post({ type: "problem", text: problem });
   if (!state.translator) {
