@@ -248,3 +248,19 @@ def test_docs_build_refuses_a_model_that_does_not_match_its_manifest(tmp_path, m
     (model / "config.json").write_text(json.dumps(config))
     with pytest.raises(SystemExit, match="config.json does not match the SHA-256"):
         build_docs.live_translator(tmp_path / "bad")
+
+
+def test_weights_that_do_not_match_the_manifest_are_refused_in_the_page(site_url, browser):
+    "A damaged download (one byte changed) is caught by the SHA-256 of manifest.json and named in the page."
+    weights = bytearray((SITE / "_static" / "live" / "model" / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    context = browser.new_context()
+    context.route("**/live/model/model.safetensors", lambda route: route.fulfill(status=200, body=bytes(weights)))
+    page = context.new_page()
+    page.goto(site_url + "index.html", wait_until="networkidle")
+    page.locator(".lt-button").click()
+    status = page.locator(".lt-status.lt-problem")
+    status.wait_for(state="visible", timeout=60000)
+    assert "model.safetensors is not the file manifest.json describes" in status.inner_text()
+    assert page.locator(".lt-heatmap").count() == 0 and page.locator(".lt-button").is_enabled()
+    context.close()

@@ -10,7 +10,10 @@
 //   the attention pictures (chapter 09, `viz.py`)        -> Transformer.attentionWeights, readablePieces
 //
 // Plain JavaScript, no library: a Float32Array holds a matrix row by row, and every matrix
-// product is written out as loops. Sums are taken in double precision and stored in float32, so
+// product is written out as loops. An inference runtime (ONNX Runtime Web, TensorFlow.js) would need
+// an exported graph and a runtime larger than this model's code by far, and would hide the chapters
+// inside it; the model is small enough (a sentence takes a fraction of a second on a laptop) for
+// loops a reader can follow. Sums are taken in double precision and stored in float32, so
 // the numbers agree with PyTorch's float32 to about 1e-6; greedy outputs are the same token for token
 // unless two candidate words are that close. The module has no DOM code: it runs in a Web Worker
 // (worker.js) and in Node.

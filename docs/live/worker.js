@@ -67,7 +67,13 @@ async function modelFile(name, onProgress) {
   for (const c of chunks) { bytes.set(c, at); at += c.length; }
   const actual = await sha256Hex(bytes.buffer);
   if (actual !== expected) throw new Error(`${name} is not the file manifest.json describes (SHA-256 ${actual.slice(0, 12)}…, expected ${expected.slice(0, 12)}…)`);
-  if (cache) await cache.put(key, new Response(bytes.buffer.slice(0)));
+  if (cache) {
+    await cache.put(key, new Response(bytes.buffer.slice(0)));
+    for (const request of await cache.keys()) {  // an earlier model's copy of this file is not needed any more
+      const url = new URL(request.url);
+      if (url.href !== key && url.pathname === new URL(key).pathname) await cache.delete(request);
+    }
+  }
   return bytes.buffer;
 }
 
