@@ -174,7 +174,9 @@ def test_page_loads_no_weights_until_translate_then_keeps_them(site_url, browser
     page.goto(site_url + "index.html", wait_until="networkidle")
     box = page.locator(".live-translate")
     assert box.locator("textarea").input_value() == SENTENCE
-    assert not [u for u in requests if "/live/model/" in u or u.endswith(("worker.js", "transformer.js"))], requests
+    live = [u for u in requests if "/_static/live/" in u]  # the box itself: a small script and its style, nothing more
+    assert sorted(u.rsplit("/", 1)[1] for u in live) == ["live.css", "live.js"], live
+    assert sum((SITE / "_static" / "live" / name).stat().st_size for name in ("live.css", "live.js")) < 40_000
     box.locator(".lt-button").click()
     page.wait_for_selector(".lt-heatmap", timeout=120000)
     assert box.locator(".lt-output").inner_text() == translator.translate(SENTENCE, beam_size=1)

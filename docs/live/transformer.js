@@ -1,22 +1,22 @@
 // The shipped German-to-English Transformer, run in the browser.
 //
-// This file computes what the Python package computes, in the order of the chapters that explain it:
+// This file computes what the Python package computes, from the text in to the text out:
 //   the subword vocabulary (chapter 10a, `subwords.py`)  -> SubwordTokenizer
 //   the checkpoint files (chapter 07, `checkpoint.py`)   -> readSafetensors, sha256Hex
-//   attention (chapter 01, `attention.py`)               -> attention, MultiHeadAttention
 //   the layers (chapter 02, `layers.py`)                 -> linear, layerNorm, feedForward, positionalEncoding
+//   attention (chapter 01, `attention.py`)               -> attention, MultiHeadAttention
 //   the model (chapter 03, `model.py`)                   -> Transformer (encoder, decoder, generator)
 //   decoding (chapter 11, `decoding.py`)                 -> greedyDecode, beamSearch, Translator
 //   the attention pictures (chapter 09, `viz.py`)        -> Transformer.attentionWeights, readablePieces
 //
-// Plain JavaScript, no library: a Float32Array holds a matrix row by row, and every matrix
-// product is written out as loops. An inference runtime (ONNX Runtime Web, TensorFlow.js) would need
-// an exported graph and a runtime larger than this model's code by far, and would hide the chapters
-// inside it; the model is small enough (a sentence takes a fraction of a second on a laptop) for
-// loops a reader can follow. Sums are taken in double precision and stored in float32, so
-// the numbers agree with PyTorch's float32 to about 1e-6; greedy outputs are the same token for token
-// unless two candidate words are that close. The module has no DOM code: it runs in a Web Worker
-// (worker.js) and in Node.
+// Plain JavaScript, no library: a Float32Array holds a matrix row by row, and every matrix product
+// is written out as loops. An inference runtime (ONNX Runtime Web, TensorFlow.js) would need a graph
+// exported from PyTorch and a download of its own, and would hide the chapters inside it; this model
+// is small enough for loops a reader can follow (their speed is measured by
+// benchmarks/live_translate.py and shown under the translation box). Sums are taken in double
+// precision and stored in float32, so the numbers agree with PyTorch's float32 to about 1e-6, and
+// greedy outputs are the same token for token unless two candidate words are about that close.
+// The module has no DOM code: it runs in a Web Worker (worker.js) and in Node.
 
 export const SPECIALS = ["<s>", "</s>", "<blank>", "<unk>"];  // ids 0-3, as in `data.py`
 export const BOS = 0, EOS = 1, PAD = 2, UNK = 3;
