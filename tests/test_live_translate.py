@@ -19,7 +19,7 @@ import torch
 
 from annotated_transformer.attention import capture_attention
 from annotated_transformer.data import BOS, EOS, load_multi30k
-from annotated_transformer.decoding import Translator, greedy_decode_cached, shipped_model_dir
+from annotated_transformer.decoding import Translator, beam_search, greedy_decode_cached, shipped_model_dir
 from annotated_transformer.model import subsequent_mask
 from annotated_transformer.subwords import readable_pieces
 
@@ -266,3 +266,21 @@ def test_weights_that_do_not_match_the_manifest_are_refused_in_the_page(site_url
     assert "model.safetensors is not the file manifest.json describes" in status.inner_text()
     assert page.locator(".lt-heatmap").count() == 0 and page.locator(".lt-button").is_enabled()
     context.close()
+
+
+def test_decoding_stops_at_the_length_limit_as_the_package(js, translator):
+    "Limits shorter than the translation: greedy stops after max_len tokens and beam search ends every beam at its limit, as in Python."
+    model, german = translator.model, load_multi30k("test")[0][0]
+    src_ids = translator.encode(german)
+    src = torch.tensor([src_ids])
+    mask = torch.ones(1, 1, src.size(1), dtype=torch.bool)
+    for max_len in (2, 3, 5):
+        got = js.evaluate("([s, m]) => live.T.greedyDecode(live.translator.model, s, m, live.T.UNK)", [src_ids, max_len])
+        assert got == greedy_decode_cached(model, src, mask, max_len, BOS, EOS, translator.banned)[0].tolist()
+        assert len(got) == max_len and EOS not in got
+    for limit in (1, 2, 4):  # output tokens allowed, </s> included: the limit is len(src) + max_extra
+        max_extra = limit - len(src_ids)
+        got = js.evaluate("([s, m]) => live.T.beamSearch(live.translator.model, s, {maxExtra: m, banned: live.T.UNK}).ids",
+                          [src_ids, max_extra])
+        expected = beam_search(model, src, mask, 4, 0.6, max_extra, banned=translator.banned)[0][0]
+        assert got == expected and len(got) == limit - 1
