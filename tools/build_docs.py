@@ -120,6 +120,55 @@ REDIRECT = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>
 """
 
 
+LIVE_MODEL = ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"  # the package's shipped model
+LIVE_MODEL_FILES = ("config.json", "tokenizer.json", "model.safetensors")  # what docs/live/worker.js reads
+
+
+def live_translator(static: Path) -> None:
+    """The in-browser translator: docs/live/ into _static/live/, and the shipped model's files (checked against the
+    SHA-256s of its manifest.json) into _static/live/model/. Built from the package each time, so the page always
+    runs the package's current model, and the weights are stored once in the repository."""
+    import hashlib
+    dst = static / "live"
+    shutil.copytree(ROOT / "docs" / "live", dst, dirs_exist_ok=True)
+    (dst / "model").mkdir(exist_ok=True)
+    manifest = json.loads((LIVE_MODEL / "manifest.json").read_text())
+    for name in LIVE_MODEL_FILES:
+        digest = hashlib.sha256((LIVE_MODEL / name).read_bytes()).hexdigest()
+        if digest != manifest["files"].get(name):
+            sys.exit(f"{LIVE_MODEL / name} does not match the SHA-256 in its manifest.json: the shipped model is damaged")
+        shutil.copy(LIVE_MODEL / name, dst / "model" / name)
+    shutil.copy(LIVE_MODEL / "manifest.json", dst / "model" / "manifest.json")
+
+
+def live_benchmark_table() -> str:
+    "The speed of the in-browser translator, as benchmarks/live_translate.py measured it into results_live.json."
+    f = ROOT / "benchmarks" / "results_live.json"
+    if not f.exists():
+        return ""
+    r = json.loads(f.read_text())
+    rows = "".join(f"<tr><td>{label} ({r[k]['sentences']} test2016 sentences)</td><td>{r[k]['median_ms']:.0f} ms</td>"
+                   f"<td>{r[k]['mean_ms']:.0f} ms</td><td>{r[k]['p90_ms']:.0f} ms</td></tr>"
+                   for k, label in (("greedy", "a sentence, greedy"), ("beam4", "a sentence, beam search (4 beams)")))
+    return (f'<table class="lt-benchmark"><caption>Speed in {r["browser"]} on {r["cpu_cores"]} CPU cores '
+            f'(<code>benchmarks/live_translate.py</code>; 1-minute load average of the machine {r["load_average"][0]}): '
+            f'loading the model takes {r["load_s"]["empty_cache"]} s the first time ({r["weights_mb"]} MB of weights) and '
+            f'{r["load_s"]["cache_api"]} s from the browser\'s cache; a sentence, from the request to its translation and '
+            f'attention maps:</caption><thead><tr><th></th><th>median</th><th>mean</th><th>90th percentile</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>\n")
+
+
+def live_translator_tags(site: Path) -> None:
+    "Load the translator's script and style on the pages that have a `live-translate` box, and only there; its speed below it."
+    tags = '<link rel="stylesheet" href="_static/live/live.css">\n<script type="module" src="_static/live/live.js"></script>\n'
+    table = live_benchmark_table()
+    for page in site.glob("*.html"):
+        html = page.read_text()
+        if 'class="live-translate"' in html:
+            html = re.sub(r'(<div class="live-translate".*?</div>\n)', lambda m: m[1] + table, html, count=1, flags=re.S)
+            page.write_text(html.replace("</head>", tags + "</head>", 1))
+
+
 def trim(site: Path) -> None:
     "Drop what readers never load: source maps of the theme's scripts and styles, the theme's translations."
     for f in site.rglob("*.map"):
@@ -146,6 +195,7 @@ def main():
         prepare_notebook(nb, src / nb.name, None)
     vega(src / "_static")
     mathjax(src / "_static")
+    live_translator(src / "_static")
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)]
@@ -153,6 +203,7 @@ def main():
     if res.returncode != 0:
         sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
     nbdev_link_targets(out)
+    live_translator_tags(out)
     trim(out)
     print(f"site built in {out}")
 
