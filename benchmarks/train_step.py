@@ -128,6 +128,14 @@ def build(kind, size, device, precision):
     return step
 
 
+def cpu_name() -> str:
+    "The processor's model name (what a reader needs to compare numbers), or the architecture if unknown."
+    try:
+        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 _libc = ctypes.CDLL("libc.so.6") if platform.system() == "Linux" else None
 
 
@@ -205,7 +213,7 @@ def main():
             print(json.dumps({"run": [m, b], **{k: v[1] for k, v in bench(m, args.rounds, kinds, device,
                                                                             precision, b).items()}}))
         return
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads"
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} threads"
     print(f"torch {torch.__version__}, {where}, {args.rounds} rounds; (a) and (c) in {precision}, (b) in fp32")
     results = {run: bench(run[0], args.rounds, kinds, device, precision, run[1]) for run in runs}
     memory = {run: {k: v[1] for k, v in r.items()} for run, r in results.items()}
