@@ -201,3 +201,35 @@ def test_text_speaks_about_the_project_only(path):
         text = path.read_text()
     found = [text[max(0, m.start() - 40):m.end() + 40] for m in HISTORY.finditer(text)]
     assert not found, f"{path.name}: text about how the project was made, not about the project: {found}"
+
+
+# --- the benchmark page renders the benchmarks' own output files
+
+def test_benchmark_page_includes_result_files():
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    included = re.findall(r"```\{literalinclude\} (\S+)", page)
+    assert {"benchmarks/results_train_step.txt", "benchmarks/results_decode.txt"} <= set(included), included
+    assert all((ROOT / f).is_file() for f in included), included
+    assert not re.search(r"\d+(\.\d+)? ?(x|s|tok/s|sentences/s)\b", re.sub(r"```.*?```", "", page, flags=re.S)), \
+        "a measured figure typed into the page: it belongs in the included result files"
+
+
+def test_decode_results_agree():
+    "The decoding table of results_decode.txt is the one recorded in results_decode.json, from the shipped model."
+    data = json.loads((ROOT / "benchmarks" / "results_decode.json").read_text())
+    text = (ROOT / "benchmarks" / "results_decode.txt").read_text()
+    for row in data["rows"]:
+        assert f"| {row['decoder']} | {row['seconds']:.1f} | {row['sentences_per_s']:.1f} |" in text, row
+    config = json.loads((ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en" / "config.json").read_text())["model"]
+    assert {k: data["model"][k] for k in config if k in data["model"]} == {k: v for k, v in config.items() if k in data["model"]}
+
+
+def test_decode_benchmark_writes_json(tmp_path, multi30k):
+    out = tmp_path / "decode.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--checkpoint",
+                          str(ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"), "--limit", "4",
+                          "--batch-sizes", "4", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["sentences"] == 4 and len(data["rows"]) == 3 and data["identical_greedy"] is not None
+    assert data["parameters"] > 0 and "threads" in data["device"]
