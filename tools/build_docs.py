@@ -24,6 +24,8 @@ BUILD = ROOT / "build"
 # that `autoload` fetches when a page uses their macros (the speech, SVG and MathML components are left out).
 MATHJAX_PARTS = ["tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions"]
 DIRECTIVE = re.compile(r"^\s*#\|.*$")
+# the pages of docs/ after the chapters, in this order (a page not named here comes after them)
+DOCS_PAGES = ["usage", "what-can-go-wrong", "benchmarks", "gpu", "distributed", "contributing", "paper_map", "api"]
 
 
 def repo_url() -> str:
@@ -48,6 +50,8 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
             if not code:
                 continue
             cell = {**cell, "source": code}
+            if "#|echo:false" in (d.replace(" ", "") for d in directives):  # only the output shows (nbdev's echo: false)
+                cell["metadata"] = {**cell["metadata"], "tags": ["remove-input"]}
         cells.append(cell)
     title = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
     link = {"cell_type": "markdown", "metadata": {}, "id": "colab-link",
@@ -184,12 +188,15 @@ def main():
     shutil.rmtree(src, ignore_errors=True)
     (src / "_static").mkdir(parents=True)
     shutil.copy(ROOT / "docs" / "conf.py", src / "conf.py")
-    shutil.copy(ROOT / "docs" / "api.md", src / "api.md")
-    shutil.copy(ROOT / "docs" / "paper_map.md", src / "paper_map.md")
+    for page in (ROOT / "docs").glob("*.md"):
+        shutil.copy(page, src / page.name)
+    shutil.copytree(ROOT / "benchmarks", src / "benchmarks", ignore=shutil.ignore_patterns("*.py", "__pycache__"))  # results
     shutil.copy(ROOT / "docs" / "favicon.svg", src / "_static" / "favicon.svg")
     shutil.copy(ROOT / "docs" / "custom.css", src / "_static" / "custom.css")
     notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
-    toctree = [p.stem for p in notebooks] + ["paper_map", "api"]
+    pages = [p for p in DOCS_PAGES if (ROOT / "docs" / f"{p}.md").exists()]
+    pages += sorted(p.stem for p in (ROOT / "docs").glob("*.md") if p.stem not in pages)  # any other page last
+    toctree = [p.stem for p in notebooks] + pages
     prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", toctree)
     for nb in notebooks:
         prepare_notebook(nb, src / nb.name, None)
