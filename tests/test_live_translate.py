@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotated_transformer.attention import capture_attention
+from annotated_transformer.fast import capture_attention
 from annotated_transformer.data import BOS, EOS, load_multi30k
 from annotated_transformer.decoding import Translator, beam_search, greedy_decode_cached, shipped_model_dir
 from annotated_transformer.model import subsequent_mask
