@@ -3,10 +3,15 @@
 1. copies docs/conf.py, docs/api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
    directives into what Sphinx understands: `#| hide` cells are dropped, directive comments are
    removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
+   the code cells between a chapter's title and its first sentence (imports, plumbing) are left out,
+   so that every chapter opens with prose;
 2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and the parts of MathJax 3 the
    pages use (from the pip package sphinx-mathjax-offline: no Node, no npm) into _static, so pages
    load nothing from elsewhere;
-3. runs sphinx-build with -W: a warning (broken reference, missing page, bad markup) fails the build.
+3. runs sphinx-build with -W: a warning (broken reference, missing page, bad markup) fails the build,
+   keeping its cache (doctrees) in build/, out of the published folder;
+4. makes pages light: the theme's 1.5 MB icon script is dropped (its icon font, already in the theme's
+   CSS, draws the same icons), and conf.py loads Vega only on pages with charts.
 """
 import argparse
 import importlib.util
@@ -34,10 +39,26 @@ def colab_url(name: str) -> str:
     return repo_url().replace("https://github.com/", "https://colab.research.google.com/github/") + f"/blob/main/nbs/{name}"
 
 
+def opening_plumbing(cells: list[dict]) -> set[int]:
+    "Indices of the code cells between the title cell and the first markdown cell after it (imports, set-up)."
+    title = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), None)
+    if title is None:
+        return set()
+    found = set()
+    for i in range(title + 1, len(cells)):
+        if cells[i]["cell_type"] == "markdown":
+            break
+        found.add(i)
+    return found
+
+
 def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
     nb = json.loads(src.read_text())
     cells = []
-    for cell in nb["cells"]:
+    plumbing = opening_plumbing(nb["cells"])
+    for i, cell in enumerate(nb["cells"]):
+        if i in plumbing and not cell.get("outputs"):
+            continue
         text = "".join(cell["source"])
         if cell["cell_type"] == "code":
             lines = text.splitlines()
@@ -125,6 +146,34 @@ def trim(site: Path) -> None:
     for f in site.rglob("*.map"):
         f.unlink()
     shutil.rmtree(site / "_static" / "locales", ignore_errors=True)
+    for f in site.glob(".buildinfo*"):  # Sphinx's record of the build, for incremental rebuilds
+        f.unlink()
+
+
+ICON_SCRIPT = re.compile(r'\s*<script defer src="_static/scripts/fontawesome\.js[^"]*"></script>')
+
+
+def drop_icon_script(site: Path) -> None:
+    """The theme loads Font Awesome's 1.5 MB script, which redraws its icons as SVG; the theme's CSS already
+    draws them with the icon font (about 0.1 MB, loaded once), so the script is removed from every page."""
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        if "fontawesome.js" in text:
+            page.write_text(ICON_SCRIPT.sub("", text))
+    for f in (site / "_static" / "scripts").glob("fontawesome.js*"):
+        f.unlink()
+
+
+def site_scripts(static: Path) -> None:
+    "The site's own scripts and the repository icon of the header (GitHub's mark, taken from the theme's icon set)."
+    for name in ("site.js", "charts.js"):
+        shutil.copy(ROOT / "docs" / name, static / name)
+    import pydata_sphinx_theme
+    icons = (Path(pydata_sphinx_theme.__file__).parent / "theme" / "pydata_sphinx_theme" / "static" / "scripts"
+             / "fontawesome.js").read_text()
+    width, height, path = re.search(r'\bgithub:\[(\d+),(\d+),\[\],"\w+","([^"]+)"\]', icons).groups()
+    (static / "repository.svg").write_text(
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}"><path fill="#6b7280" d="{path}"/></svg>\n')
 
 
 def main():
@@ -146,14 +195,17 @@ def main():
         prepare_notebook(nb, src / nb.name, None)
     vega(src / "_static")
     mathjax(src / "_static")
+    site_scripts(src / "_static")
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)]
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(BUILD / "doctrees"),
+           str(src), str(out)]
     res = subprocess.run(cmd)
     if res.returncode != 0:
         sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
     nbdev_link_targets(out)
     trim(out)
+    drop_icon_script(out)
     print(f"site built in {out}")
 
 
