@@ -71,8 +71,9 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
             cell = {**cell, "source": code}
         cells.append(cell)
     title = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
+    runtime = ("it asks Colab for a GPU" if nb["metadata"].get("accelerator") == "GPU" else "a CPU runtime is enough")
     link = {"cell_type": "markdown", "metadata": {}, "id": "colab-link",
-            "source": f"[Open this notebook in Colab]({colab_url(src.name)}) (runs on a free GPU; the first cell installs the package)."}
+            "source": f"[Open this notebook in Colab]({colab_url(src.name)}) ({runtime}; the first cell installs the package)."}
     cells.insert(title + 1, link)
     if toctree is not None:
         cells.append({"cell_type": "markdown", "metadata": {}, "id": "site-toctree",
