@@ -29,6 +29,8 @@ BUILD = ROOT / "build"
 # that `autoload` fetches when a page uses their macros (the speech, SVG and MathML components are left out).
 MATHJAX_PARTS = ["tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions"]
 DIRECTIVE = re.compile(r"^\s*#\|.*$")
+# the architecture figure embedded in markdown cells; the site shows the current docs/architecture.svg instead
+FIGURE = re.compile(r'<svg [^>]*aria-label="The Transformer[^"]*".*?</svg>', re.S)
 
 
 def repo_url() -> str:
@@ -69,6 +71,9 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
             if not code:
                 continue
             cell = {**cell, "source": code}
+        elif cell["cell_type"] == "markdown" and FIGURE.search(text):
+            figure = (ROOT / "docs" / "architecture.svg").read_text().strip()
+            cell = {**cell, "source": FIGURE.sub(lambda m: figure, text)}
         cells.append(cell)
     title = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
     runtime = ("it asks Colab for a GPU" if nb["metadata"].get("accelerator") == "GPU" else "a CPU runtime is enough")
