@@ -5,15 +5,26 @@
 //     column legends move under the plot and long titles wrap;
 //   * line charts answer the pointer anywhere near the line: the nearest point is highlighted and its tooltip
 //     shown (the bare line is only 2 px to hover);
-//   * in the dark theme the chart is drawn with Vega's dark theme on a transparent background;
-//   * charts are drawn again when the theme changes or the column width changes.
+//   * in the dark theme the chart is drawn in light ink on a transparent background, with a dark tooltip;
+//   * charts are drawn again when the theme changes or their column no longer holds them.
 (function () {
   "use strict";
-  const embed = window.vegaEmbed;
-  if (!embed) return;
-  const charts = [];
+  const vegaEmbed = window.vegaEmbed;
+  if (!vegaEmbed) return;
+
+  // Dark theme: light text and axes, no background card.
+  const DARK = {background: "transparent", title: {color: "#e3e3e3", subtitleColor: "#c8c8c8"},
+                axis: {labelColor: "#c8c8c8", titleColor: "#e3e3e3", domainColor: "#9a9a9a", tickColor: "#9a9a9a", gridColor: "#474747"},
+                legend: {labelColor: "#c8c8c8", titleColor: "#e3e3e3"}, header: {labelColor: "#c8c8c8", titleColor: "#e3e3e3"},
+                view: {stroke: "#5a5a5a"}, style: {"guide-label": {fill: "#c8c8c8"}, "guide-title": {fill: "#e3e3e3"}}};
+
+  function embed(el, spec, options) {
+    return vegaEmbed(el, spec, Object.assign({}, options, {actions: false, renderer: "svg",
+                                                         tooltip: {theme: dark() ? "dark" : "light"}}));
+  }
   const dark = function () { return document.documentElement.dataset.theme === "dark"; };
   const clone = function (x) { return JSON.parse(JSON.stringify(x)); };
+  const charts = [];
 
   function isUnit(s) { return s && s.mark !== undefined && !s.layer; }
   function markType(s) { return typeof s.mark === "string" ? s.mark : s.mark.type; }
@@ -91,7 +102,11 @@
       units(s).forEach(function (v) { v.title = wrapTitle(v.title, Math.max(12, Math.floor((v.width || avail) / 6))); });
     }
     s.autosize = {type: "pad", resize: true};  // the drawing grows to hold a legend placed under the plot
-    if (dark()) s.background = "transparent";
+    if (dark()) {
+      Object.keys(DARK).forEach(function (k) {
+        s.config[k] = typeof DARK[k] === "object" ? Object.assign({}, DARK[k], s.config[k]) : DARK[k];
+      });
+    }
     return s;
   }
 
@@ -107,8 +122,8 @@
     const avail = Math.floor(c.el.getBoundingClientRect().width);
     if (!avail) return;
     c.avail = avail;
-    const options = Object.assign({}, c.options, {actions: false});
-    if (dark()) options.theme = "dark"; else delete options.theme;
+    delete c.el.dataset.fitted;
+    const options = c.options;
     let s = prepare(c.spec, avail);
     if (c.result) c.result.finalize();
     c.result = await embed(c.el, s, options);
@@ -119,7 +134,8 @@
       c.result.finalize();
       c.result = await embed(c.el, s, options);
     }
-    c.el.dataset.fitted = String(drawnWidth(c.el) <= avail + 1);
+    c.drawn = drawnWidth(c.el);
+    c.el.dataset.fitted = String(c.drawn <= avail + 1);
     return c.result;
   }
 
@@ -131,7 +147,10 @@
   const resized = new ResizeObserver(function (entries) {
     entries.forEach(function (entry) {
       const c = charts.find(function (x) { return x.el === entry.target; });
-      if (c && c.avail !== undefined && Math.floor(entry.target.getBoundingClientRect().width) !== c.avail) redraw(c);
+      if (!c || c.avail === undefined) return;
+      const width = Math.floor(entry.target.getBoundingClientRect().width);
+      // again when the chart no longer fits, or when the column has grown enough to show it larger
+      if (width < c.drawn - 1 || width > c.avail + 40) redraw(c);
     });
   });
 
@@ -145,7 +164,6 @@
     c.queue = start;
     return redraw(c).then(function (r) { resized.observe(el); return r; });
   };
-  Object.assign(window.vegaEmbed, embed);
 
   new MutationObserver(function () { charts.forEach(redraw); })
     .observe(document.documentElement, {attributes: true, attributeFilter: ["data-theme"]});

@@ -23,7 +23,8 @@ myst_heading_anchors = 3
 nb_render_markdown_format = "myst"
 
 # math is rendered by a local copy of MathJax 3 (copied into _static by tools/build_docs.py)
-mathjax_path = "mathjax/tex-chtml.js"
+mathjax_path = "mathjax/startup.js"
+mathjax3_config = {"loader": {"load": ["input/tex", "output/chtml", "a11y/assistive-mml"]}}
 
 html_theme = "sphinx_book_theme"
 html_title = "The Annotated Transformer, tested"
