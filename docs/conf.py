@@ -51,6 +51,7 @@ html_theme_options = {
                     "icon": "_static/repository.svg", "type": "local"}],
 }
 html_context = {"default_mode": "light"}
+html_search_scorer = str(Path(__file__).resolve().parent / "search_scorer.js")  # a concept's own section first (copied here by tools/build_docs.py)
 html_last_updated_fmt = None
 html_copy_source = False
 

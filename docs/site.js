@@ -54,7 +54,8 @@
 
   // 4. Search results: a snippet shows words, not LaTeX source.
   function readableSnippets() {
-    if (!window.Search || !Search.htmlToText || Search.htmlToText.patched) return;
+    // searchtools.js declares `const Search`: a global binding, but not a property of window
+    if (typeof Search === "undefined" || !Search.htmlToText || Search.htmlToText.patched) return;
     const original = Search.htmlToText;
     Search.htmlToText = function (html, anchor) {
       const doc = new DOMParser().parseFromString(html, "text/html");

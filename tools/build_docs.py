@@ -256,6 +256,7 @@ def site_scripts(static: Path) -> None:
     "The site's own scripts and the repository icon of the header (GitHub's mark, taken from the theme's icon set)."
     for name in ("site.js", "charts.js"):
         shutil.copy(ROOT / "docs" / name, static / name)
+    shutil.copy(ROOT / "docs" / "search_scorer.js", static.parent / "search_scorer.js")  # conf.py's html_search_scorer
     icons = theme_icons()
     width, height, path = re.search(r'\bgithub:\[(\d+),(\d+),\[\],"\w+","([^"]+)"\]', icons).groups()
     (static / "repository.svg").write_text(
