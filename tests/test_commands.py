@@ -29,7 +29,14 @@ BAD_OPTIONS = [  # (arguments, what the one line must say)
     (["average", "--out", "x", "--run-dir", ".", "--last", "-1"], "--last: expected a whole number >= 1, got '-1'"),
     (["copy-task", "--epochs", "0"], "--epochs: expected a whole number >= 1, got '0'"),
     (["copy-task", "--d-model", "30", "--h", "4"], "d_model=30 must be a positive multiple of the number of heads h=4"),
-    (["translate", "--threads", "0", "x"], "--threads: expected a whole number of threads >= 1"),
+    (["translate", "--threads", "0", "x"], "--threads: expected a whole number of threads 1.."),
+    (["translate", "--threads", "65536", "x"], "--threads: expected a whole number of threads 1.."),
+    (["translate", "--beam-size", "100000", "x"], "--beam-size: expected a whole number 1..64, got '100000'"),
+    (["translate", "--alpha", "50", "x"], "--alpha: expected a finite number 0..5.0, got '50'"),
+    (["train", "--max-len", "10000000"], "--max-len: expected a whole number 1..65536, got '10000000'"),
+    (["train", "--d-model", "1e9"], "--d-model: expected a whole number 2..65536, got '1e9'"),
+    (["copy-task", "--seq-len", "1"], "--seq-len: expected a whole number 2..65536, got '1'"),
+    (["evaluate", "--data-dir", "/tmp/" + "x" * 300], "--data-dir: /tmp/" + "x" * 300 + ": File name too long"),
 ]
 
 

@@ -137,10 +137,11 @@ def main():
     shutil.copy(ROOT / "docs" / "conf.py", src / "conf.py")
     shutil.copy(ROOT / "docs" / "api.md", src / "api.md")
     shutil.copy(ROOT / "docs" / "paper_map.md", src / "paper_map.md")
+    shutil.copy(ROOT / "docs" / "what-can-go-wrong.md", src / "what-can-go-wrong.md")
     shutil.copy(ROOT / "docs" / "favicon.svg", src / "_static" / "favicon.svg")
     shutil.copy(ROOT / "docs" / "custom.css", src / "_static" / "custom.css")
     notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
-    toctree = [p.stem for p in notebooks] + ["paper_map", "api"]
+    toctree = [p.stem for p in notebooks] + ["paper_map", "what-can-go-wrong", "api"]
     prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", toctree)
     for nb in notebooks:
         prepare_notebook(nb, src / nb.name, None)
