@@ -17,9 +17,9 @@ def cli(*args, stdin=None, env=None, cwd=None):
 BAD_OPTIONS = [  # (arguments, what the one line must say)
     (["translate", "--checkpoint", "/no/such/folder", "x"], "--checkpoint: /no/such/folder: no such folder"),
     (["translate", "--device", "banana", "x"], "--device: expected cpu, cuda, cuda:N or mps, got 'banana'"),
-    (["translate", "--beam-size", "0", "x"], "--beam-size: expected a whole number >= 1, got '0'"),
-    (["translate", "--beam-size", "-1", "x"], "--beam-size: expected a whole number >= 1, got '-1'"),
-    (["translate", "--alpha", "nan", "x"], "--alpha: expected a finite number >= 0, got 'nan'"),
+    (["translate", "--beam-size", "0", "x"], "--beam-size: expected a whole number 1..64, got '0'"),
+    (["translate", "--beam-size", "-1", "x"], "--beam-size: expected a whole number 1..64, got '-1'"),
+    (["translate", "--alpha", "nan", "x"], "--alpha: expected a finite number 0..5.0, got 'nan'"),
     (["train", "--warmup", "0"], "--warmup: expected a whole number >= 1, got '0'"),
     (["train", "--preset", "tiny"], "--preset: expected one of small, base, big, got 'tiny'"),
     (["train", "--dropout", "1.5"], "--dropout: expected a finite number 0..1 (excluded), got '1.5'"),
