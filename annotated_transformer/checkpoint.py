@@ -246,6 +246,8 @@ def trusted_manifest(path: str | Path,  # checkpoint folder
                      trust: bool = False,  # accept a folder without manifest.json (files not checked)
                      ) -> dict | None:
     "`check_manifest`, refusing a folder without a manifest unless `trust`: nothing else says its files belong together."
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"a checkpoint is a folder (a str or Path), got {type(path).__name__}")
     if not Path(path).is_dir():
         raise FileNotFoundError(f"{path} is not a folder: expected a checkpoint folder ({CONFIG_FILE}, {WEIGHTS_FILE}, ...)")
     manifest = check_manifest(path)

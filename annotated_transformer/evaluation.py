@@ -9,6 +9,7 @@ __all__ = ['VOCAB_FILES', 'bleu', 'evaluate_translator', 'evaluate', 'last_check
            'average_checkpoints']
 
 # %% ../nbs/12_evaluation.ipynb #d646d85b
+import os
 from pathlib import Path
 
 import torch
@@ -110,6 +111,8 @@ def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one co
                         trust: bool = False,  # accept inputs without manifest.json
                         ) -> Path:
     "Average the weights of several checkpoints (in float64, saved in their dtype); config and vocabularies of the last."
+    if isinstance(paths, (str, os.PathLike)):
+        raise TypeError(f"paths must be a list of checkpoint folders, got one {type(paths).__name__}: {paths!r}")
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
     paths, out = [Path(p) for p in paths], Path(out)
