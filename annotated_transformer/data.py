@@ -155,8 +155,8 @@ def read_lines(path: Path) -> list[str]:
 def _aligned(src_path: Path, src: list[str], tgt_path: Path, tgt: list[str]) -> list[tuple[str, str]]:
     "The pairs of two sides, after checking that line N of one file translates line N of the other."
     if len(src) != len(tgt):
-        raise CorpusError(f"{tgt_path} has {len(tgt)} lines, expected {len(src)} as in {src_path}: line N of one "
-                          "file must translate line N of the other")
+        raise CorpusError(f"{tgt_path} has {len(tgt)} lines, expected {len(src)} as in {src_path}; they must be "
+                          "aligned, line N of one translating line N of the other")
     return list(zip(src, tgt))
 
 def load_multi30k(split: str,  # 'train', 'val' or 'test' (= 'test2016')

@@ -51,7 +51,7 @@ def test_corpus_errors_name_the_file_and_exit_2(tmp_path):
     c = corpus(tmp_path / "empty", "", "")
     cases.append((c, [f"{c / 'train.de'} is empty"]))
     c = corpus(tmp_path / "counts", good, "a dog\n")
-    cases.append((c, [f"{c / 'train.en'} has 1 lines, expected 2 as in {c / 'train.de'}"]))
+    cases.append((c, [f"{c / 'train.en'} has 1 lines, expected 2 as in {c / 'train.de'}; they must be aligned"]))
     c = corpus(tmp_path / "gz", good, "a dog\ntwo cats\n")
     (c / "train.de").unlink()
     (c / "train.de.gz").write_bytes(gzip.compress(good.encode())[:-10])  # truncated
