@@ -19,6 +19,19 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/index.html.m
 # %% auto #0
 __all__ = []
 
+# %% ../nbs/index.ipynb #e2229ad1
+import os as _os  # (loaded already by Python itself: nothing slow comes before the handler)
+import signal as _signal
+import sys as _sys
+
+def interrupted_while_starting(signum, frame):
+    "Ctrl-C while the `annotated-transformer` command is still loading PyTorch: one line and status 130, no traceback."
+    _sys.stderr.write("annotated-transformer: interrupted\n")
+    raise SystemExit(130)
+
+if _sys.argv and _os.path.basename(_sys.argv[0]) == "annotated-transformer":  # the command, not a library user
+    _signal.signal(_signal.SIGINT, interrupted_while_starting)  # `cli.main` puts back the usual KeyboardInterrupt
+
 # %% ../nbs/index.ipynb #2fa9e1fc
 from .attention import MultiHeadedAttention, attention, clones
 from .layers import LayerNorm, PositionalEncoding, PositionwiseFeedForward, SublayerConnection, Embeddings

@@ -6,7 +6,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md
 
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'SPLITS', 'SPECIALS', 'BOS', 'EOS', 'PAD', 'UNK', 'default_cache_dir', 'DataError',
-           'download', 'bundled_dir', 'multi30k_file', 'ensure_multi30k', 'read_lines', 'load_multi30k',
+           'CorpusError', 'download', 'bundled_dir', 'multi30k_file', 'ensure_multi30k', 'read_lines', 'load_multi30k',
            'load_parallel', 'Tokenizer', 'detokenize', 'kept_ids', 'Vocab', 'encode_pair', 'TokenBucketSampler',
            'collate', 'batches', 'padding_fraction']
 
@@ -43,12 +43,21 @@ SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr", "test2016"
 def default_cache_dir() -> Path:
     "$ANNOTATED_TRANSFORMER_DATA, else $XDG_CACHE_HOME (or ~/.cache)/annotated_transformer/multi30k."
     if os.environ.get("ANNOTATED_TRANSFORMER_DATA"):
-        return Path(os.environ["ANNOTATED_TRANSFORMER_DATA"]).expanduser()
+        return _data_folder(Path(os.environ["ANNOTATED_TRANSFORMER_DATA"]).expanduser(), "ANNOTATED_TRANSFORMER_DATA")
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "annotated_transformer" / "multi30k"
 
 # %% ../nbs/10_data.ipynb #39242348
 class DataError(RuntimeError):
     "A data file is missing, corrupt or cannot be downloaded; the message says what to do."
+
+class CorpusError(DataError, ValueError):
+    "A data file or folder the user pointed to is missing, unreadable or malformed: bad input (the commands exit 2)."
+
+def _data_folder(folder: Path, what: str) -> Path:
+    "`folder` if it is a folder or does not exist yet; a `CorpusError` naming `what` if it is a file."
+    if folder.exists() and not folder.is_dir():
+        raise CorpusError(f"{what} {folder} is a file: expected a folder of Multi30k files")
+    return folder
 
 def _manual_instructions(name: str, folder: Path) -> str:
     return (f"Download it by hand from {MULTI30K_URL.format(name=name)} and put it in {folder} "
@@ -94,17 +103,17 @@ def multi30k_file(name: str,  # e.g. 'val.en.gz'
     if name not in MULTI30K_SHA256:
         raise ValueError(f"unknown Multi30k file {name!r}; expected one of {sorted(MULTI30K_SHA256)}")
     if data_dir is not None:
-        path = Path(data_dir) / name
+        path = _data_folder(Path(data_dir), "data_dir") / name
         if not path.is_file():
-            raise DataError(f"missing data file {path}: data_dir must hold the Multi30k task-1 files "
+            raise CorpusError(f"missing data file {path}: data_dir must hold the Multi30k task-1 files "
                             f"{sorted(MULTI30K_SHA256)}. " + _manual_instructions(name, Path(data_dir)))
         digest = sha256_of(path)
         if digest != MULTI30K_SHA256[name]:
-            raise DataError(f"{path} has SHA-256 {digest}, expected {MULTI30K_SHA256[name]}: the file is corrupt "
+            raise CorpusError(f"{path} has SHA-256 {digest}, expected {MULTI30K_SHA256[name]}: the file is corrupt "
                             "or not the published one (it was left in place because it is yours). "
                             + _manual_instructions(name, Path(data_dir)))
         return path
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = _data_folder(Path(cache_dir), "cache_dir") if cache_dir is not None else default_cache_dir()
     path = folder / name
     if path.is_file():
         digest = sha256_of(path)
@@ -126,13 +135,28 @@ def ensure_multi30k(data_dir: str | Path | None = None,  # as for `multi30k_file
 
 # %% ../nbs/10_data.ipynb #73c92299
 def read_lines(path: Path) -> list[str]:
-    "Lines of a (possibly gzip-compressed) UTF-8 text file, without line ends."
+    "Lines of a (possibly gzip-compressed) UTF-8 text file, cut at '\\n' only: a line may hold any other character."
     try:
         opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            return f.read().splitlines()
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise DataError(f"cannot read {path}: {e}") from None
+        with opener(path, "rt", encoding="utf-8-sig", newline="") as f:  # newline="": no other character ends a line
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except (OSError, EOFError) as e:  # EOFError: a truncated .gz
+        raise CorpusError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not text.strip():
+        raise CorpusError(f"{path} is empty: expected one sentence per line")
+    lines = text.split("\n")
+    if lines[-1] == "":  # the end of the last line
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]  # a file written on Windows ends its lines with \r\n
+
+def _aligned(src_path: Path, src: list[str], tgt_path: Path, tgt: list[str]) -> list[tuple[str, str]]:
+    "The pairs of two sides, after checking that line N of one file translates line N of the other."
+    if len(src) != len(tgt):
+        raise CorpusError(f"{tgt_path} has {len(tgt)} lines, expected {len(src)} as in {src_path}; they must be "
+                          "aligned, line N of one translating line N of the other")
+    return list(zip(src, tgt))
 
 def load_multi30k(split: str,  # 'train', 'val' or 'test' (= 'test2016')
                   data_dir: str | Path | None = None,  # files on disk; None: cache + download
@@ -143,10 +167,7 @@ def load_multi30k(split: str,  # 'train', 'val' or 'test' (= 'test2016')
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLITS)}")
     de_path, en_path = (multi30k_file(f"{SPLITS[split]}.{lang}.gz", data_dir, cache_dir, progress) for lang in ("de", "en"))
-    de, en = read_lines(de_path), read_lines(en_path)
-    if len(de) != len(en):
-        raise DataError(f"{de_path} has {len(de)} lines but {en_path} has {len(en)}; they must be aligned")
-    return list(zip(de, en))
+    return _aligned(de_path, read_lines(de_path), en_path, read_lines(en_path))
 
 def load_parallel(corpus_dir: str | Path,  # folder with {split}.{lang} files (or {split}.{lang}.gz)
                   split: str,  # 'train', 'val' or 'test'
@@ -156,18 +177,19 @@ def load_parallel(corpus_dir: str | Path,  # folder with {split}.{lang} files (o
     "The sentence pairs of one split of your own parallel corpus: one sentence per line, line N translates line N."
     if split not in ("train", "val", "test"):
         raise ValueError(f"unknown split {split!r}; expected train, val or test")
+    if not Path(corpus_dir).is_dir():
+        raise CorpusError(f"corpus folder {corpus_dir} is {'a file' if Path(corpus_dir).exists() else 'missing'}: "
+                          f"expected a folder holding train/val/test.{src_lang} and .{tgt_lang}")
     sides = []
     for lang in (src_lang, tgt_lang):
         candidates = [Path(corpus_dir) / f"{split}.{lang}{ext}" for ext in ("", ".gz")]
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
-            raise DataError(f"missing {candidates[0]} (or {candidates[1].name}): a corpus folder holds "
+            raise CorpusError(f"missing {candidates[0]} (or {candidates[1].name}): a corpus folder holds "
                             f"train/val/test.{src_lang} and .{tgt_lang}, one sentence per line")
         sides.append((path, read_lines(path)))
     (src_path, src), (tgt_path, tgt) = sides
-    if len(src) != len(tgt):
-        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; they must be aligned")
-    return list(zip(src, tgt))
+    return _aligned(src_path, src, tgt_path, tgt)
 
 # %% ../nbs/10_data.ipynb #8a6d583f
 class Tokenizer:

@@ -9,12 +9,14 @@ __all__ = ['VOCAB_FILES', 'bleu', 'evaluate_translator', 'evaluate', 'last_check
            'average_checkpoints']
 
 # %% ../nbs/12_evaluation.ipynb #d646d85b
+import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from .checkpoint import WEIGHTS_FILE, load_weights, read_config, save_model, weights_to_save
+from .checkpoint import (WEIGHTS_FILE, check_stored_weights, check_writable, load_weights, model_config,
+                                             read_config, save_model, trusted_manifest, vocabulary_fingerprint, weights_to_save)
 from .data import load_multi30k
 from .decoding import Translator
 from .subwords import TOKENIZER_FILE, WORD_VOCAB_FILES
@@ -45,9 +47,11 @@ def evaluate_translator(translator: Translator,
 
 def evaluate(path: str | Path,  # checkpoint folder
              split: str = "test", data_dir: str | Path | None = None, beam_size: int = 4, alpha: float = 0.6,
-             limit: int | None = None, device: str | None = None) -> dict:
+             limit: int | None = None, device: str | None = None,
+             trust: bool = False,  # accept a checkpoint without manifest.json
+             ) -> dict:
     "BLEU of a checkpoint on a Multi30k split (arguments as in `evaluate_translator`)."
-    return evaluate_translator(Translator.from_checkpoint(path, device), split, data_dir, beam_size, alpha, limit)
+    return evaluate_translator(Translator.from_checkpoint(path, device, trust), split, data_dir, beam_size, alpha, limit)
 
 # %% ../nbs/12_evaluation.ipynb #af04ed3a
 def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
@@ -84,22 +88,39 @@ def _check_average_out(paths: list[Path], out: Path) -> None:
     if any(out.resolve() in p.parents for p in resolved) or (out / "train_config.json").exists():
         raise ValueError(f"the output folder {out} holds checkpoints (a training run): averaging into it would replace "
                          "them all; choose a new folder")
+    check_writable(out)  # not a run's epoch_NNN/ or best/, not a folder that is not a checkpoint
 
-def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one configuration
+def _check_inputs(paths: list[Path], trust: bool) -> ModelConfig:
+    "The one configuration of checkpoints that can be averaged: same settings, same vocabularies, checked files."
+    for p in paths:
+        trusted_manifest(p, trust)
+    configs = [model_config(p) for p in paths]
+    if any(c != configs[0] for c in configs):
+        raise ValueError("checkpoints to average must share one model configuration")
+    for p in paths:
+        check_stored_weights(configs[0], p)
+    vocabularies = [vocabulary_fingerprint(p) for p in paths]
+    for p, v in zip(paths[1:], vocabularies[1:]):
+        if v != vocabularies[0]:
+            raise ValueError(f"{p} has other vocabularies than {paths[0]}: the same rows would mean different tokens, "
+                             "so their average would mean nothing")
+    return configs[0]
+
+def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one configuration and one vocabulary
                         out: str | Path,  # folder for the averaged weights
+                        trust: bool = False,  # accept inputs without manifest.json
                         ) -> Path:
     "Average the weights of several checkpoints (in float64, saved in their dtype); config and vocabularies of the last."
+    if isinstance(paths, (str, os.PathLike)):
+        raise TypeError(f"paths must be a list of checkpoint folders, got one {type(paths).__name__}: {paths!r}")
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
     paths, out = [Path(p) for p in paths], Path(out)
     _check_average_out(paths, out)
-    configs = [read_config(p)["model"] for p in paths]
-    if any(c != configs[0] for c in configs):
-        raise ValueError("checkpoints to average must share one model configuration")
-    model = build_model(ModelConfig.from_dict(configs[0]))
+    model = build_model(_check_inputs(paths, trust))
     total = None
     for p in paths:
-        load_weights(model, p)
+        load_weights(model, p, trust)
         w = {k: v.double() for k, v in weights_to_save(model).items()}
         total = w if total is None else {k: total[k] + w[k] for k in total}
     model.load_state_dict({k: (v / len(paths)).float() for k, v in total.items()}, strict=False)

@@ -113,10 +113,16 @@ def load_trained_model(path: str | Path | None = None,  # a folder written by `b
                        device: str | None = None,  # default: the best available
                        data_dir: str | Path | None = None,  # Multi30k files, used only when training is needed
                        recipe: TrainConfig = RECIPE,  # what to train when no weights are found
+                       train_if_missing: bool = False,  # no weights in `path`: train them with `recipe` (hours) instead of an error
                        ) -> Translator:
-    "The trained Multi30k de->en model as a `Translator`; trains it with `recipe` first if `path` has no weights."
+    "The trained Multi30k de->en model as a `Translator`; with `train_if_missing`, trains it first if `path` has no weights."
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a folder (a str or Path), got {type(path).__name__}")
     path = Path(path) if path else pretrained_dir()
     if not (path / "model.safetensors").exists():
+        if not train_if_missing:
+            raise FileNotFoundError(f"no trained model in {path} (model.safetensors missing): give the folder that "
+                                    "build_pretrained wrote, or train_if_missing=True to train one there (hours)")
         print(f"no trained weights in {path}: training them with the recipe (this takes a while)")
         build_pretrained(recipe, path, data_dir, device=device)
     return Translator.from_checkpoint(path, device)

@@ -128,6 +128,9 @@ def load_vocabularies(folder: str | Path,  # a checkpoint folder
     if (folder / TOKENIZER_FILE).exists():
         shared = SubwordVocab.load(folder / TOKENIZER_FILE)
         return shared, shared
+    if not any((folder / name).exists() for name in WORD_VOCAB_FILES):
+        raise FileNotFoundError(f"no vocabulary in {folder}: expected {TOKENIZER_FILE} (one subword vocabulary) "
+                                f"or {' and '.join(WORD_VOCAB_FILES)} (a word vocabulary per language)")
     return Vocab.load(folder / WORD_VOCAB_FILES[0]), Vocab.load(folder / WORD_VOCAB_FILES[1])
 
 # %% ../nbs/10a_subwords.ipynb #254d5020

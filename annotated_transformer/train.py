@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .checkpoint import load_checkpoint, recover_folder, save_checkpoint, save_model
+from .checkpoint import load_checkpoint, recover_folders, save_checkpoint, save_model
 from .data import PAD, TokenBucketSampler, batches
 from .subwords import TranslationData, load_vocabularies, vocabulary_texts
 from .decoding import Translator
@@ -203,10 +203,8 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
     "Create the run folder, refuse to resume a run made with other settings, and save the settings."
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "train_config.json"
-    for aside in sorted({p.name[1:].rsplit(".", 1)[0] for pattern in (".*.tmp", ".*.old") for p in out.glob(pattern)}):
-        message = recover_folder(out / aside)  # a crash in the middle of saving that checkpoint
-        if message:
-            print(message)
+    for message in recover_folders(out):  # a crash in the middle of saving a checkpoint
+        print(message)
     if (out / "last").exists() and saved.exists():
         before, now = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
         changed = {k for k in before if k not in ("epochs", "max_steps") and before[k] != now.get(k)}

@@ -17,9 +17,9 @@ def cli(*args, stdin=None, env=None, cwd=None):
 BAD_OPTIONS = [  # (arguments, what the one line must say)
     (["translate", "--checkpoint", "/no/such/folder", "x"], "--checkpoint: /no/such/folder: no such folder"),
     (["translate", "--device", "banana", "x"], "--device: expected cpu, cuda, cuda:N or mps, got 'banana'"),
-    (["translate", "--beam-size", "0", "x"], "--beam-size: expected a whole number >= 1, got '0'"),
-    (["translate", "--beam-size", "-1", "x"], "--beam-size: expected a whole number >= 1, got '-1'"),
-    (["translate", "--alpha", "nan", "x"], "--alpha: expected a finite number >= 0, got 'nan'"),
+    (["translate", "--beam-size", "0", "x"], "--beam-size: expected a whole number 1..64, got '0'"),
+    (["translate", "--beam-size", "-1", "x"], "--beam-size: expected a whole number 1..64, got '-1'"),
+    (["translate", "--alpha", "nan", "x"], "--alpha: expected a finite number 0..5.0, got 'nan'"),
     (["train", "--warmup", "0"], "--warmup: expected a whole number >= 1, got '0'"),
     (["train", "--preset", "tiny"], "--preset: expected one of small, base, big, got 'tiny'"),
     (["train", "--dropout", "1.5"], "--dropout: expected a finite number 0..1 (excluded), got '1.5'"),
@@ -29,7 +29,14 @@ BAD_OPTIONS = [  # (arguments, what the one line must say)
     (["average", "--out", "x", "--run-dir", ".", "--last", "-1"], "--last: expected a whole number >= 1, got '-1'"),
     (["copy-task", "--epochs", "0"], "--epochs: expected a whole number >= 1, got '0'"),
     (["copy-task", "--d-model", "30", "--h", "4"], "d_model=30 must be a positive multiple of the number of heads h=4"),
-    (["translate", "--threads", "0", "x"], "--threads: expected a whole number of threads >= 1"),
+    (["translate", "--threads", "0", "x"], "--threads: expected a whole number of threads 1.."),
+    (["translate", "--threads", "65536", "x"], "--threads: expected a whole number of threads 1.."),
+    (["translate", "--beam-size", "100000", "x"], "--beam-size: expected a whole number 1..64, got '100000'"),
+    (["translate", "--alpha", "50", "x"], "--alpha: expected a finite number 0..5.0, got '50'"),
+    (["train", "--max-len", "10000000"], "--max-len: expected a whole number 1..65536, got '10000000'"),
+    (["train", "--d-model", "1e9"], "--d-model: expected a whole number 2..65536, got '1e9'"),
+    (["copy-task", "--seq-len", "1"], "--seq-len: expected a whole number 2..65536, got '1'"),
+    (["evaluate", "--data-dir", "/tmp/" + "x" * 300], "--data-dir: /tmp/" + "x" * 300 + ": File name too long"),
 ]
 
 

@@ -35,7 +35,7 @@ def die_in_save(n):
     real, calls = checkpoint.save_file, []
     def save_file(tensors, filename, *args, **kw):
         real(tensors, filename, *args, **kw)
-        if filename.endswith(checkpoint.WEIGHTS_FILE) and "/.last.tmp/" in filename:
+        if filename.endswith(checkpoint.WEIGHTS_FILE) and "/.last." in filename and ".tmp/" in filename:
             calls.append(filename)
             if len(calls) == n:
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,246 @@
+"""Hostile input, run as a user runs the commands (real processes): corpora, checkpoints, options, folders, pipes and
+Ctrl-C. Each case ends in one line on stderr naming the input and what was expected (exit 2), a quiet end, or 130;
+never a traceback and never a silently wrong result."""
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.decoding import shipped_model_dir
+
+
+def cli(*args, stdin=None, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "annotated_transformer.cli", *args], input=stdin, capture_output=True,
+                          cwd=cwd, timeout=300, env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def one_line(res, status, *says):
+    "The command ended with `status` and one line of stderr that contains every one of `says`."
+    err = res.stderr.decode()
+    assert res.returncode == status, (res.returncode, err[-3000:])
+    assert err.strip().count("\n") == 0 and "Traceback" not in err, err[-3000:]
+    for text in says:
+        assert text in err, (text, err)
+    return err
+
+
+# ---------------------------------------------------------------- corpora
+
+def corpus(folder: Path, src: str, tgt: str, splits=("train", "val", "test")) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in splits:
+        (folder / f"{split}.de").write_text(src, newline="")
+        (folder / f"{split}.en").write_text(tgt, newline="")
+    return folder
+
+
+def train_on(tmp_path, corpus_dir, *extra):
+    return cli("train", "--corpus-dir", str(corpus_dir), "--out-dir", str(tmp_path / "run"), "--subwords", "0",
+               "--epochs", "1", "--N", "1", "--d-model", "16", "--d-ff", "32", "--h", "2", "--threads", "1", *extra)
+
+
+def test_corpus_errors_name_the_file_and_exit_2(tmp_path):
+    good = "ein Hund\nzwei Katzen\n"
+    cases = []
+    c = corpus(tmp_path / "empty", "", "")
+    cases.append((c, [f"{c / 'train.de'} is empty"]))
+    c = corpus(tmp_path / "counts", good, "a dog\n")
+    cases.append((c, [f"{c / 'train.en'} has 1 lines, expected 2 as in {c / 'train.de'}; they must be aligned"]))
+    c = corpus(tmp_path / "gz", good, "a dog\ntwo cats\n")
+    (c / "train.de").unlink()
+    (c / "train.de.gz").write_bytes(gzip.compress(good.encode())[:-10])  # truncated
+    cases.append((c, [f"cannot read {c / 'train.de.gz'}"]))
+    c = corpus(tmp_path / "nolang", good, "a dog\ntwo cats\n")
+    (c / "train.en").unlink()
+    cases.append((c, [f"missing {c / 'train.en'}"]))
+    c = corpus(tmp_path / "utf", "x\n", "a dog\n")
+    (c / "train.de").write_bytes(b"ein \xff Hund\n")
+    cases.append((c, [f"cannot read {c / 'train.de'}: not UTF-8 text"]))
+    for folder, says in cases:
+        one_line(train_on(tmp_path, folder), 2, *says)
+    not_a_folder = tmp_path / "afile"
+    not_a_folder.write_text("x")
+    one_line(cli("evaluate", "--split", "val", "--limit", "2", env={"ANNOTATED_TRANSFORMER_DATA": str(not_a_folder)}),
+             2, f"ANNOTATED_TRANSFORMER_DATA {not_a_folder} is a file")
+
+
+def test_a_line_separator_inside_sentences_keeps_the_pairs_aligned(tmp_path):
+    "U+2028, NEL and form feed are characters of a sentence: only '\\n' ends a line, so pair N stays pair N."
+    from annotated_transformer.data import load_parallel
+    src = "".join(f"satz{i}\u2028teil\n" if i % 3 == 0 else f"satz{i}\x85\x0c\n" for i in range(30))
+    tgt = "".join(f"sentence{i}\n" for i in range(30))
+    c = corpus(tmp_path / "c", src, tgt)
+    pairs = load_parallel(c, "train", "de", "en")
+    assert len(pairs) == 30
+    assert all(s.startswith(f"satz{i}") and t == f"sentence{i}" for i, (s, t) in enumerate(pairs))
+
+
+# ---------------------------------------------------------------- options and the environment
+
+@pytest.mark.parametrize("name,value,says", [
+    ("ANNOTATED_TRANSFORMER_DEVICE", "banana", "environment variable ANNOTATED_TRANSFORMER_DEVICE: expected cpu"),
+    ("WORLD_SIZE", "two", "environment variable WORLD_SIZE: expected a whole number >= 1, got 'two'"),
+])
+def test_odd_environment_values_are_one_line_exit_2(name, value, says):
+    one_line(cli("translate", "x", env={name: value}), 2, says)
+
+
+def test_a_path_too_long_for_the_file_system_is_named(tmp_path):
+    long = str(tmp_path / ("y" * 300))
+    one_line(cli("translate", "--checkpoint", long, "x"), 2, f"{long}: File name too long")
+    one_line(cli("average", "--inputs", str(shipped_model_dir()), "--out", long + "/avg"), 2, f"{long}")
+
+
+# ---------------------------------------------------------------- stdin and stdout
+
+def test_empty_stdin_gives_no_output():
+    res = cli("translate", stdin=b"")
+    assert (res.returncode, res.stdout, res.stderr) == (0, b"", b"")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_sentence():
+    plain = cli("translate", "--beam-size", "1", stdin="Ein Hund läuft.\nZwei Männer.\n".encode())
+    marked = cli("translate", "--beam-size", "1", stdin="\ufeffEin Hund läuft.\nZwei Männer.\n".encode())
+    assert plain.returncode == marked.returncode == 0, marked.stderr.decode()
+    assert marked.stdout == plain.stdout and len(plain.stdout.splitlines()) == 2
+
+
+def test_a_closed_pipe_ends_quietly():
+    p = subprocess.Popen([sys.executable, "-m", "annotated_transformer.cli", "translate", "--beam-size", "1"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    p.stdout.close()  # the reader is gone before anything is written (as with `| head -0`)
+    _, err = p.communicate(("Ein Hund.\n" * 20).encode(), timeout=300)
+    assert p.returncode == 128 + signal.SIGPIPE and err == b"", (p.returncode, err.decode()[-2000:])
+
+
+def test_the_largest_accepted_alpha_writes_no_unk():
+    res = cli("translate", "--alpha", "5", "--beam-size", "8",
+              "Zwei Männer spielen Fußball vor einem großen Haus mit vielen Fenstern.", "Ein Hund.")
+    assert res.returncode == 0, res.stderr.decode()
+    out = res.stdout.decode().splitlines()
+    assert len(out) == 2 and all(out) and "<unk>" not in res.stdout.decode(), out
+
+
+def test_ctrl_c_while_the_command_is_loading_is_one_line_and_130():
+    "SIGINT after the package started loading and before main() runs (what Ctrl-C during start-up hits)."
+    script = ("import os, signal, sys; sys.argv = ['/usr/bin/annotated-transformer', 'translate', 'x']\n"
+              "import annotated_transformer\n"
+              "os.kill(os.getpid(), signal.SIGINT)\n"  # delivered here, in the middle of loading
+              "import annotated_transformer.cli\n"
+              "raise SystemExit(annotated_transformer.cli.main())\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    assert res.returncode == 130, res.stderr.decode()[-2000:]
+    assert res.stderr.decode() == "annotated-transformer: interrupted\n"
+
+
+def test_ctrl_c_while_a_command_runs_is_one_line_and_130(capsys):
+    from unittest import mock
+    from annotated_transformer import cli as command
+    with mock.patch.object(command.Translator, "from_checkpoint", side_effect=KeyboardInterrupt):
+        assert command.main(["translate", "x"]) == 130
+    assert capsys.readouterr().err == "annotated-transformer translate: interrupted\n"
+
+
+# ---------------------------------------------------------------- checkpoints
+
+@pytest.fixture
+def model_copy(tmp_path):
+    dst = tmp_path / "model"
+    shutil.copytree(shipped_model_dir(), dst)
+    for p in dst.iterdir():
+        p.chmod(0o644)
+    return dst
+
+
+def test_a_checkpoint_without_manifest_needs_trust(model_copy):
+    (model_copy / "manifest.json").unlink()
+    one_line(cli("translate", "--checkpoint", str(model_copy), "Ein Hund."), 2, "has no manifest.json", "--trust")
+    res = cli("translate", "--checkpoint", str(model_copy), "--trust", "--beam-size", "1", "Ein Hund.")
+    assert res.returncode == 0 and res.stdout.decode().strip(), res.stderr.decode()
+
+
+@pytest.mark.parametrize("key,value,says", [
+    ("d_model", 4096, "do not belong together"),  # refused from the file headers, before any memory is allocated
+    ("d_model", "garbage", "model.d_model is 'garbage'"),
+    ("max_len", 10**9, "model.max_len is 1000000000, more than 65536"),
+])
+def test_an_edited_config_is_refused_before_building(model_copy, key, value, says):
+    config = json.loads((model_copy / "config.json").read_text())
+    config["model"][key] = value
+    (model_copy / "config.json").write_text(json.dumps(config))
+    one_line(cli("translate", "--checkpoint", str(model_copy), "Ein Hund."), 2, "config.json is not the file")
+    (model_copy / "manifest.json").unlink()
+    one_line(cli("translate", "--checkpoint", str(model_copy), "--trust", "Ein Hund."), 2, says)
+
+
+def test_integer_weights_are_refused(model_copy):
+    from safetensors.torch import load_file, save_file
+    f = model_copy / "model.safetensors"
+    save_file({k: v.long() for k, v in load_file(str(f)).items()}, str(f))
+    (model_copy / "manifest.json").unlink()
+    one_line(cli("translate", "--checkpoint", str(model_copy), "--trust", "Ein Hund."), 2, "weights must be stored as floating point")
+
+
+def fake_run(folder: Path) -> Path:
+    "A training run's folder as `train` leaves it: settings, and a checkpoint in last/ and epoch_001/."
+    folder.mkdir()
+    (folder / "train_config.json").write_text("{}")
+    for name in ("last", "epoch_001"):
+        shutil.copytree(shipped_model_dir(), folder / name)
+    return folder
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_commands_do_not_write_into_a_run(tmp_path):
+    run = fake_run(tmp_path / "run")
+    before = snapshot(run)
+    one_line(cli("copy-task", "--out", str(run / "last"), "--epochs", "1", "--batches-per-epoch", "1", "--threads", "1"),
+             2, "belongs to the training run in")
+    one_line(cli("average", "--inputs", str(run / "epoch_001"), "--out", str(run / "epoch_002")),
+             2, "belongs to the training run in")
+    one_line(cli("average", "--run-dir", str(run), "--last", "1", "--out", str(run / "best")), 2, "belongs to the training run in")
+    assert snapshot(run) == before
+
+
+def test_copy_task_does_not_replace_a_translation_checkpoint(model_copy):
+    before = snapshot(model_copy)
+    one_line(cli("copy-task", "--out", str(model_copy), "--epochs", "1", "--batches-per-epoch", "1", "--threads", "1"),
+             2, "holds a translation checkpoint")
+    assert snapshot(model_copy) == before
+
+
+def test_averaging_refuses_different_vocabularies(tmp_path):
+    from annotated_transformer.checkpoint import load_model, save_model
+    tokenizer = json.loads((shipped_model_dir() / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    a, b = list(vocab)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, two tokens swapped: rows 100 and 101 mean other words
+    model = load_model(shipped_model_dir())
+    save_model(model, tmp_path / "other", files={"tokenizer.json": json.dumps(tokenizer, ensure_ascii=False)})
+    one_line(cli("average", "--inputs", str(shipped_model_dir()), str(tmp_path / "other"), "--out", str(tmp_path / "avg")),
+             2, "has other vocabularies than")
+    assert not (tmp_path / "avg").exists()
+
+
+def test_two_averages_into_one_folder_both_leave_a_whole_checkpoint(tmp_path):
+    from annotated_transformer.checkpoint import check_manifest
+    out = tmp_path / "avg"
+    args = [sys.executable, "-m", "annotated_transformer.cli", "average", "--inputs", str(shipped_model_dir()),
+            str(shipped_model_dir()), "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
+    results = [(p.wait(timeout=600), p.stderr.read().decode()) for p in runs]
+    assert all(status == 0 for status, _ in results), results
+    manifest = check_manifest(out)  # every file the manifest lists is there and unchanged
+    assert manifest is not None and {"model.safetensors", "config.json", "tokenizer.json"} <= set(manifest["files"])
+    assert [p.name for p in tmp_path.iterdir() if p.name != "avg"] == []  # no temporary folder left
