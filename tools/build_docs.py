@@ -177,6 +177,7 @@ def trim(site: Path) -> None:
     shutil.rmtree(site / "_static" / "locales", ignore_errors=True)
     for f in site.glob(".buildinfo*"):  # Sphinx's record of the build, for incremental rebuilds
         f.unlink()
+    shutil.rmtree(site / "_sources", ignore_errors=True)  # empty: sources are not copied (html_copy_source)
 
 
 ICON_SCRIPT = re.compile(r'\s*<script defer src="_static/scripts/fontawesome\.js[^"]*"></script>')
@@ -235,6 +236,8 @@ NOTEBOOK_CSS = re.compile(r'\s*<link rel="stylesheet" type="text/css" href="_sta
 
 SIGNATURE = re.compile(r'<dt class="sig[^"]*"[^>]*>.*?</dt>|<nav id="pst-page-toc-nav"[^>]*>.*?</nav>', re.S)
 PRE = re.compile(r'<span class="pre">([^<]*)</span>')
+PAGE_TOC = re.compile(r'<nav id="pst-page-toc-nav"[^>]*>.*?</nav>', re.S)
+BREAK_IN_CODE = re.compile(r'(?<=\w[._])(?=\w[^<>]*</code>)|(?<=[a-z])(?=[A-Z][^<>]*</code>)')
 
 
 def page_assets(site: Path) -> None:
@@ -248,8 +251,64 @@ def page_assets(site: Path) -> None:
         if 'class="cell' not in new:
             new = NOTEBOOK_CSS.sub("", new)
         new = SIGNATURE.sub(lambda m: PRE.sub(r"\1", m[0]), new)
+        new = PAGE_TOC.sub(lambda m: BREAK_IN_CODE.sub("<wbr>", m[0]), new)  # long names wrap at . _ and CamelCase
         if new != text:
             page.write_text(new)
+
+
+def css_items(css: str) -> list[tuple[str, str]]:
+    "The top-level items of a stylesheet as (prelude, body) pairs; the body of an @media block holds more items."
+    items, i = [], 0
+    while (j := css.find("{", i)) >= 0:
+        depth, k = 1, j + 1
+        while depth and k < len(css):
+            depth += {"{": 1, "}": -1}.get(css[k], 0)
+            k += 1
+        items.append((css[i:j].strip(), css[j + 1:k - 1]))
+        i = k
+    return items
+
+
+# classes that scripts add at run time under names built from parts (Bootstrap's tooltips and dropdowns)
+RUNTIME_CLASSES = re.compile(r"^(bs-|tooltip|popover|dropdown|modal|fade|show|collaps|active|disabled)")
+
+
+def without_rules_for(css: str, unused: set[str]) -> str:
+    "`css` less the selectors that need one of the `unused` classes, and the rules left with no selector."
+    out = []
+    for prelude, body in css_items(css):
+        if prelude.startswith(("@media", "@supports", "@layer", "@container")):
+            inner = without_rules_for(body, unused)
+            if inner:
+                out.append(prelude + "{" + inner + "}")
+        elif prelude.startswith("@"):
+            out.append(prelude + "{" + body + "}")
+        else:
+            def needed(selector):  # a class inside :not() is not needed to match; :is/:where/:has are kept whole
+                if re.search(r":(is|where|has)\(", selector):
+                    return set()
+                return set(re.findall(r"\.([\w-]+)", re.sub(r":not\([^)]*\)", "", selector)))
+            alive = [sel for sel in prelude.split(",") if not needed(sel) & unused]
+            if alive:
+                out.append(",".join(alive) + "{" + body + "}")
+    return "".join(out)
+
+
+def purge_unused_css(site: Path) -> None:
+    """The theme's stylesheets carry all of Bootstrap (carousels, toasts, forms, ...): 0.2 MB that no page uses.
+    A rule is dropped when it needs a class that no page's markup has and no script names (nor adds at run time,
+    RUNTIME_CLASSES)."""
+    in_pages = set()
+    for page in site.glob("*.html"):
+        for attr in re.findall(r'class="([^"]*)"', page.read_text()):
+            in_pages |= set(attr.split())
+    scripts = "".join(f.read_text(errors="ignore") for f in (site / "_static").rglob("*.js"))
+    for css_file in [site / "_static" / "styles" / "pydata-sphinx-theme.css", site / "_static" / "styles" / "sphinx-book-theme.css",
+                     site / "_static" / "basic.css", *(site / "_static").glob("mystnb.*.css")]:
+        css = css_file.read_text()
+        unused = {c for c in set(re.findall(r"\.([a-zA-Z][\w-]*)", css))
+                  if c not in in_pages and c not in scripts and not RUNTIME_CLASSES.match(c)}
+        css_file.write_text(without_rules_for(css, unused))
 
 
 def site_scripts(static: Path) -> None:
@@ -295,6 +354,7 @@ def main():
     drop_icon_script(out)
     icons_as_masks(out)
     page_assets(out)
+    purge_unused_css(out)
     print(f"site built in {out}")
 
 
