@@ -77,6 +77,21 @@ def compact_charts(cell: dict) -> dict:
     return {**cell, "outputs": outputs}
 
 
+PAPER_HEADING = re.compile(r"^(#{2,3}) (.*\(sections? [0-9][^)]*\).*)$", re.M)
+
+
+def concept_index(markdown: str) -> str:
+    """Before each heading that cites the paper ("## Label smoothing (section 5.4)"), an index entry for each concept
+    it names ("label smoothing"): a search for a concept then lists the section that teaches it first, even when the
+    heading is long ("Optimizer and learning-rate schedule (section 5.3)" for "learning-rate schedule")."""
+    def entry(m):
+        name = re.sub(r"\s*\(sections? [^)]*\)", "", m[2]).lower()
+        concepts = [re.sub(r"^(the|a|an) ", "", c.strip()) for c in re.split(r",? and |, ", name)]
+        concepts = [c for c in concepts if c and not c.startswith(("where ", "how ", "why ", "shape of"))]
+        return "".join("```{index} !" + c + "\n```\n\n" for c in concepts) + m[0]  # "!": a main entry
+    return PAPER_HEADING.sub(entry, markdown)
+
+
 def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
     nb = json.loads(src.read_text())
     cells = []
@@ -94,9 +109,11 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
             if not code:
                 continue
             cell = compact_charts({**cell, "source": code})
-        elif cell["cell_type"] == "markdown" and FIGURE.search(text):
-            figure = (ROOT / "docs" / "architecture.svg").read_text().strip()
-            cell = {**cell, "source": FIGURE.sub(lambda m: figure, text)}
+        elif cell["cell_type"] == "markdown":
+            if FIGURE.search(text):
+                figure = (ROOT / "docs" / "architecture.svg").read_text().strip()
+                text = FIGURE.sub(lambda m: figure, text)
+            cell = {**cell, "source": concept_index(text)}
         cells.append(cell)
     title = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
     runtime = ("it asks Colab for a GPU" if nb["metadata"].get("accelerator") == "GPU" else "a CPU runtime is enough")
@@ -237,6 +254,9 @@ NOTEBOOK_CSS = re.compile(r'\s*<link rel="stylesheet" type="text/css" href="_sta
 SIGNATURE = re.compile(r'<dt class="sig[^"]*"[^>]*>.*?</dt>|<nav id="pst-page-toc-nav"[^>]*>.*?</nav>', re.S)
 PRE = re.compile(r'<span class="pre">([^<]*)</span>')
 PAGE_TOC = re.compile(r'<nav id="pst-page-toc-nav"[^>]*>.*?</nav>', re.S)
+HEADING = re.compile(r'(<h[1-4]>)(.*?)(</h[1-4]>)', re.S)  # headings of the text ("DistributedDataParallel")
+CODE_LITERAL = re.compile(r'(<code class="docutils literal[^"]*">)(.*?)(</code>)', re.S)  # inline code in the text
+NAME_BREAK = re.compile(r'(?<=\w[._/])(?=\w)|(?<=[a-z])(?=[A-Z])')  # where a long name may wrap: after . _ /, CamelCase
 BREAK_IN_CODE = re.compile(r'(?<=\w[._])(?=\w[^<>]*</code>)|(?<=[a-z])(?=[A-Z][^<>]*</code>)')
 
 
@@ -244,7 +264,8 @@ def page_assets(site: Path) -> None:
     """The search index and its scripts (0.15 MB) only on the search page (search-as-you-type is off, so other pages
     never use them), and myst-nb's notebook styles only on pages that show notebook cells. In the API signatures
     and the page contents every word sits in its own `<span class="pre">`; the words alone read the same (0.05 MB
-    less on the API page)."""
+    less on the API page). Long names in inline code and headings get break opportunities (<wbr>) after `.`, `_` and `/` and
+    between CamelCase words, so that on a phone they wrap there instead of widening the page."""
     for page in site.glob("*.html"):
         text = page.read_text()
         new = text if page.name == "search.html" else SEARCH_SCRIPTS.sub("", text)
@@ -252,6 +273,10 @@ def page_assets(site: Path) -> None:
             new = NOTEBOOK_CSS.sub("", new)
         new = SIGNATURE.sub(lambda m: PRE.sub(r"\1", m[0]), new)
         new = PAGE_TOC.sub(lambda m: BREAK_IN_CODE.sub("<wbr>", m[0]), new)  # long names wrap at . _ and CamelCase
+        new = HEADING.sub(lambda m: m[1] + re.sub(r">([^<]+)<", lambda t: ">" + NAME_BREAK.sub("<wbr>", t[1]) + "<",
+                                                  ">" + m[2] + "<")[1:-1] + m[3], new)
+        new = CODE_LITERAL.sub(lambda m: m[1] + re.sub(r">([^<]+)<", lambda t: ">" + NAME_BREAK.sub("<wbr>", t[1]) + "<",
+                                                       ">" + m[2] + "<")[1:-1] + m[3], new)
         if new != text:
             page.write_text(new)
 
