@@ -305,8 +305,9 @@ def test_charts_follow_the_dark_theme(site_url, browser):
         colours = page.evaluate("""() => [...document.querySelectorAll('[id^="altair-viz-"] svg')].map(svg => {
             const bg = svg.querySelector('path.background, rect.background');
             const label = svg.querySelector('g.role-axis-label text');
-            return {bg: bg ? getComputedStyle(bg).fill : 'none', text: getComputedStyle(label).fill,
-                    page: getComputedStyle(document.body).backgroundColor}; })""")
+            let card = svg, behind = 'rgba(0, 0, 0, 0)';  // the colour the chart is seen on: the nearest painted ancestor
+            for (; card && behind === 'rgba(0, 0, 0, 0)'; card = card.parentElement) behind = getComputedStyle(card).backgroundColor;
+            return {bg: bg ? getComputedStyle(bg).fill : 'none', text: getComputedStyle(label).fill, behind}; })""")
 
         def rgb(c):
             v = [float(x) for x in re.findall(r"[\d.]+", c)]
@@ -315,6 +316,7 @@ def test_charts_follow_the_dark_theme(site_url, browser):
             bg = rgb(c["bg"])
             assert c["bg"] in ("none", "transparent") or (len(bg) == 4 and bg[3] == 0) or sum(bg[:3]) < 200, f"white chart card in dark mode: {c}"
             assert sum(rgb(c["text"])[:3]) > 450, f"axis labels too dark for the dark theme: {c}"
+            assert sum(rgb(c["behind"])[:3]) < 200, f"the chart sits on a light card in the dark theme: {c}"
 
 
 # --- page weight ------------------------------------------------------------------------------------------------
