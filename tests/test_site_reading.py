@@ -46,6 +46,14 @@ def visible(page, selector):
     return loc
 
 
+def opens(locator, what):
+    "Wait until a tap has made `locator` visible; fail with one line naming `what` if it never does."
+    try:
+        locator.wait_for(state="visible", timeout=15000)
+    except Exception:
+        pytest.fail(f"tapping the visible {what} button opened nothing", pytrace=False)
+
+
 def on_screen(page, locator) -> bool:
     "The element is inside the viewport and is what a tap at its centre would hit."
     return locator.evaluate("""e => { const r = e.getBoundingClientRect();
@@ -60,7 +68,7 @@ def test_phone_menu_opens_and_its_links_work(site_url, browser):
     with opened(browser, "390x844", "05_training.html", site_url) as page:
         visible(page, ".primary-toggle").tap()
         link = page.locator("#pst-primary-sidebar-modal a", has_text="Checkpoints").first
-        link.wait_for(state="visible", timeout=5000)
+        opens(link, "menu")
         assert on_screen(page, link), "the chapter list opened, but its links are not on the screen"
         chapters = page.eval_on_selector_all("#pst-primary-sidebar-modal nav a[href]", "els => els.map(e => e.getAttribute('href'))")
         assert len(chapters) >= len(CHAPTERS), f"the phone menu lists {len(chapters)} pages"
@@ -74,7 +82,7 @@ def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, brows
         visible(page, ".secondary-toggle").tap()
         dialog = page.locator("#pst-secondary-sidebar-modal")
         links = dialog.locator("nav a[href^='#']")
-        links.first.wait_for(state="visible", timeout=5000)
+        opens(links.first, f"{name} contents")
         assert on_screen(page, links.first), f"{name}: the contents opened, but not on the screen"
         anchors = links.evaluate_all("els => els.map(e => e.getAttribute('href').slice(1))")
         assert len(anchors) >= 3
