@@ -96,7 +96,9 @@
     s.config = Object.assign({}, s.config);
     if (s.hconcat) s.hconcat = s.hconcat.map(nearestHover); else s = Object.assign(nearestHover(s), {config: s.config});
     if (avail < 560) {
-      s.config.legend = Object.assign({orient: "bottom", direction: "horizontal", columns: 3}, s.config.legend);
+      // under the plot, as many columns of entries as fit (a gradient legend lies flat)
+      s.config.legend = Object.assign({orient: "bottom", direction: "horizontal", columns: Math.max(1, Math.floor(avail / 190)),
+                                       labelLimit: avail - 40}, s.config.legend);
       const chars = Math.max(20, Math.floor(avail / 7.5));
       s.title = wrapTitle(s.title, chars);
       units(s).forEach(function (v) { v.title = wrapTitle(v.title, Math.max(12, Math.floor((v.width || avail) / 6))); });

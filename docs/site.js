@@ -25,8 +25,18 @@
     document.querySelectorAll("#pst-primary-sidebar-modal, #pst-secondary-sidebar-modal").forEach(function (dialog) {
       dialog.addEventListener("click", function (event) {
         const link = event.target.closest("a[href]");
-        if (link && dialog.open) {
-          dialog.close();
+        if (!link || !dialog.open) return;
+        const href = link.getAttribute("href");
+        dialog.close();
+        if (href.startsWith("#")) {
+          // scroll once the dialog is gone and the page has its own layout back
+          event.preventDefault();
+          requestAnimationFrame(function () {
+            const target = document.getElementById(decodeURIComponent(href.slice(1)));
+            if (!target) return;
+            history.pushState(null, "", href);
+            target.scrollIntoView();
+          });
         }
       });
     });

@@ -79,6 +79,21 @@ def compact_charts(cell: dict) -> dict:
     return {**cell, "outputs": outputs}
 
 
+PAPER_HEADING = re.compile(r"^(#{2,3}) (.*\(sections? [0-9][^)]*\).*)$", re.M)
+
+
+def concept_index(markdown: str) -> str:
+    """Before each heading that cites the paper ("## Label smoothing (section 5.4)"), an index entry for each concept
+    it names ("label smoothing"): a search for a concept then lists the section that teaches it first, even when the
+    heading is long ("Optimizer and learning-rate schedule (section 5.3)" for "learning-rate schedule")."""
+    def entry(m):
+        name = re.sub(r"\s*\(sections? [^)]*\)", "", m[2]).lower()
+        concepts = [re.sub(r"^(the|a|an) ", "", c.strip()) for c in re.split(r",? and |, ", name)]
+        concepts = [c for c in concepts if c and not c.startswith(("where ", "how ", "why ", "shape of"))]
+        return "".join("```{index} !" + c + "\n```\n\n" for c in concepts) + m[0]  # "!": a main entry
+    return PAPER_HEADING.sub(entry, markdown)
+
+
 def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
     nb = json.loads(src.read_text())
     cells = []
@@ -98,9 +113,11 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
             cell = compact_charts({**cell, "source": code})
             if "#|echo:false" in (d.replace(" ", "") for d in directives):  # only the output shows (nbdev's echo: false)
                 cell["metadata"] = {**cell["metadata"], "tags": ["remove-input"]}
-        elif cell["cell_type"] == "markdown" and FIGURE.search(text):
-            figure = (ROOT / "docs" / "architecture.svg").read_text().strip()
-            cell = {**cell, "source": FIGURE.sub(lambda m: figure, text)}
+        elif cell["cell_type"] == "markdown":
+            if FIGURE.search(text):
+                figure = (ROOT / "docs" / "architecture.svg").read_text().strip()
+                text = FIGURE.sub(lambda m: figure, text)
+            cell = {**cell, "source": concept_index(text)}
         cells.append(cell)
     title = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
     runtime = ("it asks Colab for a GPU" if nb["metadata"].get("accelerator") == "GPU" else "a CPU runtime is enough")
@@ -230,6 +247,7 @@ def trim(site: Path) -> None:
     shutil.rmtree(site / "_static" / "locales", ignore_errors=True)
     for f in site.glob(".buildinfo*"):  # Sphinx's record of the build, for incremental rebuilds
         f.unlink()
+    shutil.rmtree(site / "_sources", ignore_errors=True)  # empty: sources are not copied (html_copy_source)
 
 
 ICON_SCRIPT = re.compile(r'\s*<script defer src="_static/scripts/fontawesome\.js[^"]*"></script>')
@@ -288,21 +306,87 @@ NOTEBOOK_CSS = re.compile(r'\s*<link rel="stylesheet" type="text/css" href="_sta
 
 SIGNATURE = re.compile(r'<dt class="sig[^"]*"[^>]*>.*?</dt>|<nav id="pst-page-toc-nav"[^>]*>.*?</nav>', re.S)
 PRE = re.compile(r'<span class="pre">([^<]*)</span>')
+PAGE_TOC = re.compile(r'<nav id="pst-page-toc-nav"[^>]*>.*?</nav>', re.S)
+HEADING = re.compile(r'(<h[1-4]>)(.*?)(</h[1-4]>)', re.S)  # headings of the text ("DistributedDataParallel")
+CODE_LITERAL = re.compile(r'(<code class="docutils literal[^"]*">)(.*?)(</code>)', re.S)  # inline code in the text
+NAME_BREAK = re.compile(r'(?<=\w[._/])(?=\w)|(?<=[a-z])(?=[A-Z])')  # where a long name may wrap: after . _ /, CamelCase
+BREAK_IN_CODE = re.compile(r'(?<=\w[._])(?=\w[^<>]*</code>)|(?<=[a-z])(?=[A-Z][^<>]*</code>)')
 
 
 def page_assets(site: Path) -> None:
     """The search index and its scripts (0.15 MB) only on the search page (search-as-you-type is off, so other pages
     never use them), and myst-nb's notebook styles only on pages that show notebook cells. In the API signatures
     and the page contents every word sits in its own `<span class="pre">`; the words alone read the same (0.05 MB
-    less on the API page)."""
+    less on the API page). Long names in inline code and headings get break opportunities (<wbr>) after `.`, `_` and `/` and
+    between CamelCase words, so that on a phone they wrap there instead of widening the page."""
     for page in site.glob("*.html"):
         text = page.read_text()
         new = text if page.name == "search.html" else SEARCH_SCRIPTS.sub("", text)
         if 'class="cell' not in new:
             new = NOTEBOOK_CSS.sub("", new)
         new = SIGNATURE.sub(lambda m: PRE.sub(r"\1", m[0]), new)
+        new = PAGE_TOC.sub(lambda m: BREAK_IN_CODE.sub("<wbr>", m[0]), new)  # long names wrap at . _ and CamelCase
+        new = HEADING.sub(lambda m: m[1] + re.sub(r">([^<]+)<", lambda t: ">" + NAME_BREAK.sub("<wbr>", t[1]) + "<",
+                                                  ">" + m[2] + "<")[1:-1] + m[3], new)
+        new = CODE_LITERAL.sub(lambda m: m[1] + re.sub(r">([^<]+)<", lambda t: ">" + NAME_BREAK.sub("<wbr>", t[1]) + "<",
+                                                       ">" + m[2] + "<")[1:-1] + m[3], new)
         if new != text:
             page.write_text(new)
+
+
+def css_items(css: str) -> list[tuple[str, str]]:
+    "The top-level items of a stylesheet as (prelude, body) pairs; the body of an @media block holds more items."
+    items, i = [], 0
+    while (j := css.find("{", i)) >= 0:
+        depth, k = 1, j + 1
+        while depth and k < len(css):
+            depth += {"{": 1, "}": -1}.get(css[k], 0)
+            k += 1
+        items.append((css[i:j].strip(), css[j + 1:k - 1]))
+        i = k
+    return items
+
+
+# classes that scripts add at run time under names built from parts (Bootstrap's tooltips and dropdowns)
+RUNTIME_CLASSES = re.compile(r"^(bs-|tooltip|popover|dropdown|modal|fade|show|collaps|active|disabled)")
+
+
+def without_rules_for(css: str, unused: set[str]) -> str:
+    "`css` less the selectors that need one of the `unused` classes, and the rules left with no selector."
+    out = []
+    for prelude, body in css_items(css):
+        if prelude.startswith(("@media", "@supports", "@layer", "@container")):
+            inner = without_rules_for(body, unused)
+            if inner:
+                out.append(prelude + "{" + inner + "}")
+        elif prelude.startswith("@"):
+            out.append(prelude + "{" + body + "}")
+        else:
+            def needed(selector):  # a class inside :not() is not needed to match; :is/:where/:has are kept whole
+                if re.search(r":(is|where|has)\(", selector):
+                    return set()
+                return set(re.findall(r"\.([\w-]+)", re.sub(r":not\([^)]*\)", "", selector)))
+            alive = [sel for sel in prelude.split(",") if not needed(sel) & unused]
+            if alive:
+                out.append(",".join(alive) + "{" + body + "}")
+    return "".join(out)
+
+
+def purge_unused_css(site: Path) -> None:
+    """The theme's stylesheets carry all of Bootstrap (carousels, toasts, forms, ...): 0.2 MB that no page uses.
+    A rule is dropped when it needs a class that no page's markup has and no script names (nor adds at run time,
+    RUNTIME_CLASSES)."""
+    in_pages = set()
+    for page in site.glob("*.html"):
+        for attr in re.findall(r'class="([^"]*)"', page.read_text()):
+            in_pages |= set(attr.split())
+    scripts = "".join(f.read_text(errors="ignore") for f in (site / "_static").rglob("*.js"))
+    for css_file in [site / "_static" / "styles" / "pydata-sphinx-theme.css", site / "_static" / "styles" / "sphinx-book-theme.css",
+                     site / "_static" / "basic.css", *(site / "_static").glob("mystnb.*.css")]:
+        css = css_file.read_text()
+        unused = {c for c in set(re.findall(r"\.([a-zA-Z][\w-]*)", css))
+                  if c not in in_pages and c not in scripts and not RUNTIME_CLASSES.match(c)}
+        css_file.write_text(without_rules_for(css, unused))
 
 
 def site_scripts(static: Path) -> None:
@@ -353,6 +437,7 @@ def main():
     drop_icon_script(out)
     icons_as_masks(out)
     page_assets(out)
+    purge_unused_css(out)
     print(f"site built in {out}")
 
 
