@@ -34,9 +34,10 @@ from .checkpoint import CONFIG_FILE, SIZE_LIMITS, WEIGHTS_FILE, check_writable
 from .copy_task import COPY_TASK_TIME, CopyTaskConfig, copy_batches, train_copy_task
 from .decoding import MAX_ALPHA, MAX_BEAM, Translator, shipped_model_dir
 from .evaluation import average_checkpoints, evaluate, last_checkpoints
+from .fast import PRECISIONS, default_device, resolve_precision
 from .model import PRESETS
 from .train import TrainConfig, TrainingStopped, train
-from .training import PRECISIONS, default_device, greedy_decode, resolve_precision
+from .training import greedy_decode
 
 # %% ../nbs/90_cli.ipynb #48ed8697
 def at_least(low: int,  # the smallest value accepted

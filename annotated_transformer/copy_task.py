@@ -16,14 +16,10 @@ import torch
 
 from .batches import Batch
 from .checkpoint import save_checkpoint
-from .fast import speed_up
+from .fast import (FastLossCompute, default_device, resolve_precision, set_seed, speed_up,
+                                        train_epoch)
 from .model import EncoderDecoder, ModelConfig, build_model
-from .training import (LabelSmoothing, SimpleLossCompute, TrainState, _moved_name, default_device,
-                                            make_optimizer, resolve_precision, run_epoch, set_seed)
-
-# %% ../nbs/08_copy_task.ipynb #962c080b
-_MOVED = {"add_copy_task_arguments": "cli", "copy_task_main": "cli"}  # moved, still importable from here
-def __getattr__(name: str): return _moved_name(__name__, name, _MOVED)
+from .training import LabelSmoothing, TrainState, make_optimizer
 
 # %% ../nbs/08_copy_task.ipynb #9d48470e
 def copy_batches(vocab: int,  # symbols 0..vocab-1; 0 = padding, 1 = start
@@ -54,7 +50,7 @@ class CopyTaskConfig:
     factor: float = 1.0  # scale of the schedule
     smoothing: float = 0.0  # label smoothing
     seed: int = 0  # seed of the model and of the data
-    precision: str = "auto"  # auto (bf16 or fp16 on a GPU, fp32 on the CPU), fp32, bf16 or fp16
+    precision: str = "auto"  # auto (bf16 where the hardware has it, fp16 on older GPUs, else fp32), fp32, bf16 or fp16
 
     def __post_init__(self):
         if isinstance(self.model, dict):  # read back from a checkpoint's JSON
@@ -88,14 +84,14 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
     model.to(device)
     if optimizer is None:
         optimizer, scheduler = make_optimizer(model, cfg.model.d_model, cfg.factor, cfg.warmup)
-    loss_compute = SimpleLossCompute(model.generator, LabelSmoothing(cfg.vocab, 0, cfg.smoothing))
+    loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(cfg.vocab, 0, cfg.smoothing)))
     state, history = train_state or TrainState(), []
     for epoch in range(start_epoch, cfg.epochs):
         t0 = time.perf_counter()
-        train_loss, state = run_epoch(_epoch_data(cfg, epoch, "train"), model, loss_compute, optimizer, scheduler,
+        train_loss, state = train_epoch(_epoch_data(cfg, epoch, "train"), model, loss_compute, optimizer, scheduler,
                                       train_state=state, progress=progress, total=cfg.batches_per_epoch,
                                       desc=f"epoch {epoch + 1}/{cfg.epochs}", precision=precision)
-        val_loss, _ = run_epoch(_epoch_data(cfg, epoch, "val"), model, loss_compute, mode="eval", progress=False,
+        val_loss, _ = train_epoch(_epoch_data(cfg, epoch, "val"), model, loss_compute, mode="eval", progress=False,
                                 precision=precision)
         history.append(dict(epoch=epoch, train_loss=train_loss, val_loss=val_loss, seconds=time.perf_counter() - t0))
         if progress:

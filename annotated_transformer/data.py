@@ -27,7 +27,6 @@ from tqdm.auto import tqdm
 
 from .batches import Batch
 from .checkpoint import sha256_of  # also used here for the data files
-from .training import _moved_name
 
 # %% ../nbs/10_data.ipynb #c643310b
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
@@ -301,10 +300,6 @@ class Vocab:
 def encode_pair(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab) -> tuple[list[int], list[int]]:
     "Ids of one pair, each side wrapped in <s> ... </s>."
     return [BOS] + src_vocab.encode(src_tokens) + [EOS], [BOS] + tgt_vocab.encode(tgt_tokens) + [EOS]
-
-_MOVED = {"TranslationData": "subwords"}  # moved, still importable from here
-def __getattr__(name: str): return _moved_name(__name__, name, _MOVED)
-
 
 # %% ../nbs/10_data.ipynb #f84f3b64
 class TokenBucketSampler:

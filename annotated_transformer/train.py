@@ -31,14 +31,10 @@ from .data import PAD, TokenBucketSampler, batches
 from .subwords import TranslationData, load_vocabularies, vocabulary_texts
 from .decoding import Translator
 from .evaluation import bleu
-from .fast import speed_up
+from .fast import (FastLossCompute, default_device, resolve_precision, set_seed, speed_up,
+                                        train_epoch)
 from .model import PRESETS, ModelConfig, build_model
-from .training import (LabelSmoothing, SimpleLossCompute, TrainState, _moved_name, default_device,
-                                            make_optimizer, resolve_precision, run_epoch, set_seed)
-
-# %% ../nbs/13_train.ipynb #2cef4e36
-_MOVED = {"add_train_arguments": "cli", "train_main": "cli"}  # moved, still importable from here
-def __getattr__(name: str): return _moved_name(__name__, name, _MOVED)
+from .training import LabelSmoothing, TrainState, make_optimizer
 
 # %% ../nbs/13_train.ipynb #8b3d0932
 @dataclass
@@ -203,12 +199,6 @@ def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
     return {k: str(Path(v).resolve()) if k in ("out_dir", "data_dir", "corpus_dir") and v else v for k, v in settings.items()}
 
-def _upgrade_saved(before: dict) -> dict:
-    "Settings saved before subwords existed: their tie_embeddings=False (word vocabularies) is what None means now."
-    if "subwords" not in before and before.get("model", {}).get("tie_embeddings") is False:
-        before["model"]["tie_embeddings"] = None
-    return before
-
 def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
     "Create the run folder, refuse to resume a run made with other settings, and save the settings."
     out.mkdir(parents=True, exist_ok=True)
@@ -216,7 +206,7 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
     for message in recover_folders(out):  # a crash in the middle of saving a checkpoint
         print(message)
     if (out / "last").exists() and saved.exists():
-        before, now = _comparable(_upgrade_saved(json.loads(saved.read_text()))), _comparable(asdict(cfg))
+        before, now = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
         changed = {k for k in before if k not in ("epochs", "max_steps") and before[k] != now.get(k)}
         if changed:
             raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
@@ -229,130 +219,12 @@ def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
     return TranslationData(cfg.data_dir, cfg.min_freq, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, progress=talk,
                            corpus_dir=cfg.corpus_dir, subwords=cfg.subwords, **vocabs)
 
-@dataclass
-class _Run:
-    "Everything a training run carries from epoch to epoch."
-    model: torch.nn.Module  # the fast model (its plain weights are what checkpoints hold)
-    step_model: torch.nn.Module  # what the training steps call: the model, or its DDP wrapper
-    optimizer: torch.optim.Optimizer
-    scheduler: object
-    loss_compute: SimpleLossCompute
-    state: TrainState
-    start_epoch: int  # first epoch still to run
-    best: float  # best validation BLEU so far (or minus the validation loss, when BLEU is not measured)
-    skip: int = 0  # micro-batches of start_epoch already trained (a run stopped in the middle of an epoch)
-
-def _start_run(cfg: TrainConfig, data: TranslationData, info: DistInfo, out: Path, talk: bool) -> _Run:
-    "Build the model, optimizer and schedule, and resume them from out/last if a run was interrupted."
-    set_seed(cfg.seed)
-    model = speed_up(build_model(cfg.model_config(len(data.src_vocab), len(data.tgt_vocab), data.shared))).to(info.device)
-    optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
-    state, extra = TrainState(), {"epoch": -1, "best": -math.inf}
-    if (out / "last").exists():
-        state, extra = load_checkpoint(out / "last", model, optimizer, scheduler)
-        if talk:
-            print(f"resuming from {out / 'last'} at step {state.step}: epoch {extra['epoch'] + 2}, "
-                  f"{extra.get('batches_done', 0)} batches into it")
-    step_model = model if info.world_size == 1 else \
-        DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
-    loss_compute = SimpleLossCompute(model.generator, LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing))
-    return _Run(model, step_model, optimizer, scheduler, loss_compute, state, extra["epoch"] + 1,
-                extra.get("best", -math.inf), extra.get("batches_done", 0))
-
-def _run_epoch(cfg: TrainConfig, run: _Run, data: TranslationData, epoch: int, train_batches, val_batches,
-               total: int, info: DistInfo, talk: bool, stop) -> dict:
-    "Train one epoch and measure the validation loss: the epoch's record."
-    t0, first, tokens = time.perf_counter(), run.state.accum_step, run.state.tokens
-    if epoch == run.start_epoch and run.skip:  # resuming in the middle of this epoch
-        train_batches = itertools.islice(train_batches, run.skip, None)
-    if cfg.max_steps is not None:  # stop at max_steps optimizer steps (smoke tests)
-        train_batches = (b for b, _ in zip(train_batches, range((cfg.max_steps - run.state.step) * cfg.accum_iter)))
-    train_loss, run.state = run_epoch(train_batches, run.step_model, run.loss_compute, run.optimizer, run.scheduler,
-                                      accum_iter=cfg.accum_iter, train_state=run.state, max_grad_norm=cfg.max_grad_norm,
-                                      precision=cfg.precision, progress=talk, total=total,
-                                      desc=f"epoch {epoch + 1}/{cfg.epochs}", loss_norm=global_token_norm(info),
-                                      stop=stop)
-    if stop():  # stopped at a step boundary: no validation, the caller saves where the epoch stands
-        return dict(epoch=epoch + 1, stopped_after=run.state.accum_step - first + (run.skip if epoch == run.start_epoch else 0))
-    val_loss, _ = run_epoch(val_batches, run.model, run.loss_compute, mode="eval", precision=cfg.precision,
-                            progress=False)
-    seconds = time.perf_counter() - t0
-    val_bleu = validation_bleu(run.model, data, cfg.val_bleu_sentences) if info.is_main else None
-    return dict(epoch=epoch + 1, train_loss=train_loss, val_loss=val_loss, val_bleu=val_bleu, step=run.state.step,
-                lr=run.optimizer.param_groups[0]["lr"], tokens_per_s=round((run.state.tokens - tokens) / seconds),
-                seconds=round(seconds, 1))
-
-def _vocab_files(data: TranslationData) -> dict[str, str]:
-    "The vocabularies as the text files every checkpoint of the run carries."
-    return vocabulary_texts(data.src_vocab, data.tgt_vocab)
-
-def _extra_config(cfg: TrainConfig, epochs_done: int) -> dict:
-    "What config.json records beside the model: the languages, the run's settings, the epochs completed."
-    return {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg), "epoch": epochs_done}
-
-def _save_epoch(out: Path, cfg: TrainConfig, run: _Run, data: TranslationData, record: dict) -> None:
-    "Write last/ (resumable), epoch_NNN/ and, if the validation loss is the best so far, best/; log the record."
-    epoch = record["epoch"]
-    score = record["val_bleu"] if record["val_bleu"] is not None else -record["val_loss"]  # higher is better
-    is_best = score >= run.best
-    run.best = max(run.best, score)
-    extra_config, vocabs = _extra_config(cfg, epoch), _vocab_files(data)
-    weights_only = ([f"epoch_{epoch:03d}"] if cfg.keep_epochs else []) + (["best"] if is_best else [])
-    for folder in weights_only:
-        save_model(run.model, out / folder, extra_config=extra_config, files=vocabs)
-    # last/ is written last: a run that dies before it repeats this epoch and writes the folders above again
-    save_checkpoint(out / "last", run.model, run.optimizer, run.scheduler, run.state,
-                    extra={"epoch": epoch - 1, "best": run.best}, extra_config=extra_config, files=vocabs)
-    with open(out / "history.jsonl", "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-def _save_stopped(out: Path, cfg: TrainConfig, run: _Run, data: TranslationData, record: dict) -> None:
-    "Save last/ where a stopped epoch stands: resuming skips the micro-batches already trained."
-    save_checkpoint(out / "last", run.model, run.optimizer, run.scheduler, run.state, files=_vocab_files(data),
-                    extra={"epoch": record["epoch"] - 2, "best": run.best, "batches_done": record["stopped_after"]},
-                    extra_config=_extra_config(cfg, record["epoch"] - 1))
-
-def _train_epochs(cfg: TrainConfig, run: _Run, data: TranslationData, info: DistInfo, out: Path, talk: bool,
-                  stop) -> list[dict]:
-    "The epoch loop of `train`; raises `TrainingStopped` after saving if `stop()` became true."
-    train_pairs, val_pairs = data.encoded("train"), data.encoded("val")
-    sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in train_pairs], cfg.max_tokens, seed=cfg.seed,
-                                 num_replicas=info.world_size, rank=info.rank)
-    val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in val_pairs], cfg.max_tokens, shuffle=False)
-    if talk:
-        print(f"{sum(p.numel() for p in run.model.parameters()) / 1e6:.1f}M parameters, vocabularies "
-              f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
-              f"{info.world_size} process(es) on {info.device}, precision {resolve_precision(info.device, cfg.precision)}")
-    history = []
-    for epoch in range(run.start_epoch, cfg.epochs):
-        if cfg.max_steps is not None and run.state.step >= cfg.max_steps:
-            break
-        sampler.set_epoch(epoch)
-        record = _run_epoch(cfg, run, data, epoch, batches(train_pairs, sampler), batches(val_pairs, val_sampler),
-                            len(sampler), info, talk, stop)
-        if "stopped_after" in record:
-            if info.is_main:
-                _save_stopped(out, cfg, run, data, record)
-            if info.world_size > 1:
-                dist.barrier()  # no rank exits (and gets the others killed) before rank 0 has saved
-            raise TrainingStopped(f"stopped at step {run.state.step} ({record['stopped_after']} batches into epoch "
-                                  f"{epoch + 1}); the checkpoint is in {out / 'last'}: run the same command again to resume")
-        history.append(record)
-        if info.is_main:
-            _save_epoch(out, cfg, run, data, record)
-        if talk:
-            bleu_text = f"  val BLEU {record['val_bleu']:.2f}" if record["val_bleu"] is not None else ""
-            print(f"epoch {epoch + 1:3d}  train loss {record['train_loss']:.3f}  val loss {record['val_loss']:.3f}"
-                  f"{bleu_text}  step {run.state.step}  lr {record['lr']:.2e}  {record['tokens_per_s']} tok/s  "
-                  f"{record['seconds']:.0f}s  (log: {out / 'history.jsonl'})")
-    return history
-
 def train(cfg: TrainConfig,  # the run's settings
           device: str | None = None,  # default: best available (or the process's GPU under torchrun)
           progress: bool = True,  # progress bars and per-epoch lines (rank 0 only)
           data: TranslationData | None = None,  # reuse already-built data and vocabularies
-          ) -> list[dict]:  # one record per epoch run: losses, time, steps
-    "Train a translation model on Multi30k as configured; resumes from out_dir/last if present."
+          ) -> list[dict]:  # one record per epoch run: losses, BLEU, time, steps
+    "Train a translation model as configured; resumes from out_dir/last if present."
     info = setup_distributed(device)
     out, talk = Path(cfg.out_dir), progress and info.is_main
     with run_lock(out, info.is_main), stop_on_signals(info) as stop:
@@ -361,11 +233,92 @@ def train(cfg: TrainConfig,  # the run's settings
         if info.world_size > 1:
             dist.barrier()  # the other ranks read what rank 0 may have just recovered
         data = data if data is not None else _load_data(cfg, out, talk)
-        run = _start_run(cfg, data, info, out, talk)
-        if run.start_epoch >= cfg.epochs and talk:
+        vocab_files = vocabulary_texts(data.src_vocab, data.tgt_vocab)  # every checkpoint carries the vocabularies
+
+        # The model with the toolkit's fast layers, Adam with the schedule of section 5.3, the label-smoothed loss.
+        set_seed(cfg.seed)
+        model = speed_up(build_model(cfg.model_config(len(data.src_vocab), len(data.tgt_vocab), data.shared)))
+        model = model.to(info.device)
+        optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
+        loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)))
+        step_model = model if info.world_size == 1 else \
+            DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
+
+        # Resume where an interrupted run stopped: weights, optimizer, schedule, counters, random generators.
+        state, saved = TrainState(), {"epoch": -1, "best": -math.inf}
+        if (out / "last").exists():
+            state, saved = load_checkpoint(out / "last", model, optimizer, scheduler)
+            if talk:
+                print(f"resuming from {out / 'last'} at step {state.step}: epoch {saved['epoch'] + 2}, "
+                      f"{saved.get('batches_done', 0)} batches into it")
+        start_epoch, best = saved["epoch"] + 1, saved.get("best", -math.inf)  # best: val BLEU (or minus val loss) so far
+        if start_epoch >= cfg.epochs and talk:
             print(f"the run in {out} has already finished its {cfg.epochs} epochs; to train longer, run it again "
                   f"with a larger --epochs (the checkpoints are in {out})")
-        history = _train_epochs(cfg, run, data, info, out, talk, stop)
+
+        # Batches of similar length up to max_tokens, shuffled anew each epoch, one shard per process.
+        train_pairs, val_pairs = data.encoded("train"), data.encoded("val")
+        sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in train_pairs], cfg.max_tokens, seed=cfg.seed,
+                                     num_replicas=info.world_size, rank=info.rank)
+        val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in val_pairs], cfg.max_tokens, shuffle=False)
+        if talk:
+            print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
+                  f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
+                  f"{info.world_size} process(es) on {info.device}, precision {resolve_precision(info.device, cfg.precision)}")
+
+        history = []
+        for epoch in range(start_epoch, cfg.epochs):
+            if cfg.max_steps is not None and state.step >= cfg.max_steps:
+                break
+            t0, tokens_before, batches_before = time.perf_counter(), state.tokens, state.accum_step
+            sampler.set_epoch(epoch)
+            done_before = saved.get("batches_done", 0) if epoch == start_epoch else 0  # trained before a stop
+            train_batches = itertools.islice(batches(train_pairs, sampler), done_before, None)
+            if cfg.max_steps is not None:  # stop at max_steps optimizer steps (smoke tests)
+                train_batches = itertools.islice(train_batches, (cfg.max_steps - state.step) * cfg.accum_iter)
+            train_loss, state = train_epoch(train_batches, step_model, loss_compute, optimizer, scheduler,
+                                            accum_iter=cfg.accum_iter, train_state=state, max_grad_norm=cfg.max_grad_norm,
+                                            precision=cfg.precision, progress=talk, total=len(sampler),
+                                            desc=f"epoch {epoch + 1}/{cfg.epochs}", loss_norm=global_token_norm(info),
+                                            stop=stop)
+            extra_config = {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg), "epoch": epoch + 1}
+
+            if stop():  # Ctrl-C or SIGTERM: save where this epoch stands; resuming skips the batches already trained
+                batches_done = done_before + state.accum_step - batches_before
+                if info.is_main:
+                    save_checkpoint(out / "last", model, optimizer, scheduler, state, files=vocab_files,
+                                    extra={"epoch": epoch - 1, "best": best, "batches_done": batches_done},
+                                    extra_config={**extra_config, "epoch": epoch})
+                if info.world_size > 1:
+                    dist.barrier()  # no rank exits (and gets the others killed) before rank 0 has saved
+                raise TrainingStopped(f"stopped at step {state.step} ({batches_done} batches into epoch {epoch + 1}); "
+                                      f"the checkpoint is in {out / 'last'}: run the same command again to resume")
+
+            val_loss, _ = train_epoch(batches(val_pairs, val_sampler), model, loss_compute, mode="eval",
+                                      precision=cfg.precision, progress=False)
+            seconds = time.perf_counter() - t0
+            val_bleu = validation_bleu(model, data, cfg.val_bleu_sentences) if info.is_main else None
+            record = dict(epoch=epoch + 1, train_loss=train_loss, val_loss=val_loss, val_bleu=val_bleu, step=state.step,
+                          lr=optimizer.param_groups[0]["lr"], tokens_per_s=round((state.tokens - tokens_before) / seconds),
+                          seconds=round(seconds, 1))
+            history.append(record)
+
+            if info.is_main:  # epoch_NNN/ and best/ hold weights only; last/ is everything needed to resume
+                score = val_bleu if val_bleu is not None else -val_loss  # higher is better
+                folders = ([f"epoch_{epoch + 1:03d}"] if cfg.keep_epochs else []) + (["best"] if score >= best else [])
+                best = max(best, score)
+                for folder in folders:
+                    save_model(model, out / folder, extra_config=extra_config, files=vocab_files)
+                # last/ is written last: a run that dies before it repeats this epoch and writes the folders above again
+                save_checkpoint(out / "last", model, optimizer, scheduler, state, extra={"epoch": epoch, "best": best},
+                                extra_config=extra_config, files=vocab_files)
+                with open(out / "history.jsonl", "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            if talk:
+                bleu_text = f"  val BLEU {val_bleu:.2f}" if val_bleu is not None else ""
+                print(f"epoch {epoch + 1:3d}  train loss {train_loss:.3f}  val loss {val_loss:.3f}{bleu_text}  "
+                      f"step {state.step}  lr {record['lr']:.2e}  {record['tokens_per_s']} tok/s  "
+                      f"{record['seconds']:.0f}s  (log: {out / 'history.jsonl'})")
     if info.world_size > 1:
         dist.barrier()
     return history

@@ -20,8 +20,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .attention import capture_attention
 from .layers import sinusoid_table
+from .fast import capture_attention
 from .model import subsequent_mask
 from .training import LabelSmoothing, rate
 
@@ -172,7 +172,7 @@ def label_smoothing_chart(vocab: int = 5,  # vocabulary size
                           targets: tuple[int, ...] = (2, 1, 0, 3, 3),  # gold ids (rows); padding rows stay empty
                           ) -> alt.Chart:
     "The smoothed target distribution, rows = example targets, columns = vocabulary."
-    crit = LabelSmoothing(vocab, padding_idx, smoothing, explicit=True)
+    crit = LabelSmoothing(vocab, padding_idx, smoothing)
     target = torch.tensor(targets)
     crit(torch.full((len(targets), vocab), -math.log(vocab)), target)  # fills crit.true_dist
     return heatmap(crit.true_dist, [f"target {t}" for t in targets], [f"token {j}" for j in range(vocab)],

@@ -7,13 +7,18 @@
 
 After a warm-up on a few sentences, prints the wall times and the ratios; the outputs of the two greedy decoders are compared too.
 With several --batch-sizes (a sweep, e.g. on a GPU) the batched decoders are timed at each size.
+--json writes the same results as JSON (written aside, then renamed), which the documentation renders.
 
-Usage: python benchmarks/decode.py --checkpoint annotated_transformer/pretrained/multi30k-de-en --data-dir ../shared/data/multi30k
+Usage: python benchmarks/decode.py --checkpoint annotated_transformer/pretrained/multi30k-de-en --data-dir ../shared/data/multi30k \
+           --json benchmarks/results_decode.json > benchmarks/results_decode.txt
        python benchmarks/decode.py --checkpoint ... --device cuda --batch-sizes 32 128 512 1000
 """
 import argparse
+import json
+import os
 import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -23,7 +28,7 @@ from annotated_transformer.training import greedy_decode
 
 
 def encode_all(translator, sentences):
-    return [[BOS] + translator.src_vocab.encode(translator.src_tok(s)) + [EOS] for s in sentences]
+    return [translator.encode(s) for s in sentences]  # <s> tokens </s>, words or subwords as the checkpoint says
 
 
 def per_sentence_uncached(model, encoded):
@@ -66,6 +71,24 @@ def timed(fn):
     return time.perf_counter() - t0, result
 
 
+def cpu_name() -> str:
+    "The processor's model name as the operating system reports it (Linux), else what platform knows."
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_json(path: str, data: dict) -> None:
+    "Write aside, then rename: a reader never sees half a file."
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
@@ -75,6 +98,7 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--limit", type=int, default=None, help="only the first N sentences")
     ap.add_argument("--skip-baseline", action="store_true", help="do not time the per-sentence uncached loop")
+    ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     translator = Translator.from_checkpoint(args.checkpoint, args.device)
@@ -82,7 +106,8 @@ def main():
     sentences = [de for de, _ in load_multi30k("test", args.data_dir)][: args.limit]
     encoded = encode_all(translator, sentences)
     device = next(model.parameters()).device
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()}, {args.threads} threads"
+    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+             else f"{cpu_name()} ({platform.machine()}, {os.cpu_count()} cores), {args.threads} threads")
     print(f"torch {torch.__version__}, {where}; {len(encoded)} sentences; model {model.config}")
 
     def greedy(bs):
@@ -112,6 +137,16 @@ def main():
         print(f"speed-up of batched cached greedy (batch {args.batch_sizes[-1]}) over the per-sentence uncached loop: "
               f"{t_base / t_cached:.1f}x")
         print(f"identical greedy outputs: {same}/{len(encoded)}")
+    if args.json:
+        write_json(args.json, {
+            "device": where, "torch": torch.__version__, "checkpoint": Path(args.checkpoint).name,
+            "sentences": len(encoded), "parameters": sum(p.numel() for p in model.parameters()),
+            "model": {k: v for k, v in vars(model.config).items()},
+            "rows": [{"decoder": name, "seconds": round(t, 2), "sentences_per_s": round(len(encoded) / t, 1)} for name, t in rows],
+            "greedy_speedup": None if args.skip_baseline else round(t_base / t_cached, 1),
+            "beam_over_greedy": round(t_beam / t_cached, 2),
+            "identical_greedy": None if args.skip_baseline else same,
+        })
 
 
 if __name__ == "__main__":

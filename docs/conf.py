@@ -11,7 +11,7 @@ author = "annotated-transformer developers"
 copyright = "2026, annotated-transformer developers (MIT license)"
 release = ""
 
-extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx_copybutton"]
 root_doc = "index"
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 
@@ -23,15 +23,20 @@ myst_heading_anchors = 3
 nb_render_markdown_format = "myst"
 
 # math is rendered by a local copy of MathJax 3 (copied into _static by tools/build_docs.py)
-mathjax_path = "mathjax/tex-chtml.js"
+mathjax_path = "mathjax/startup.js"
+mathjax3_config = {"loader": {"load": ["input/tex", "output/chtml", "a11y/assistive-mml"]}}
 
 html_theme = "sphinx_book_theme"
 html_title = "The Annotated Transformer, tested"
 html_static_path = ["_static"]
 html_favicon = "_static/favicon.svg"  # a lower-triangular grid: the causal mask
-html_js_files = ["vega-setup.js", "vega-bundle.js"]
-html_css_files = ["custom.css"]  # a wide content column; code, equations and charts scroll instead of being cut off
-html_sidebars = {"**": ["navbar-logo.html", "sbt-sidebar-nav.html"]}  # one search box (the header's), not two  # Vega, Vega-Lite, Vega-Embed served by the site itself
+html_js_files = ["site.js"]  # menu and contents buttons on small screens, scroll cues, readable search snippets
+html_css_files = ["custom.css"]  # both sidebars from 1200 px, a readable measure; wide things scroll in their own box
+html_sidebars = {"**": ["navbar-logo.html", "sbt-sidebar-nav.html"]}  # one search box (the header's), not two
+# copy buttons on code cells copy the code only, not the `>>>` or `$ ` prompts of examples
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_selector = "div.highlight pre"
 html_theme_options = {
     "repository_url": _project["urls"]["Repository"],
     "use_repository_button": False,
@@ -39,8 +44,14 @@ html_theme_options = {
     "use_fullscreen_button": False,
     "home_page_in_toc": True,
     "show_toc_level": 2,
+    # the repository, in the header of every page (beside the theme, search and contents buttons);
+    # the icon is written by tools/build_docs.py
+    "article_header_end": ["icon-links.html", "article-header-buttons.html"],
+    "icon_links": [{"name": "Source code on GitHub", "url": _project["urls"]["Repository"],
+                    "icon": "_static/repository.svg", "type": "local"}],
 }
 html_context = {"default_mode": "light"}
+html_search_scorer = str(Path(__file__).resolve().parent / "search_scorer.js")  # a concept's own section first (copied here by tools/build_docs.py)
 html_last_updated_fmt = None
 html_copy_source = False
 
@@ -70,5 +81,13 @@ def _parameter_comments(app, what, name, obj, options, lines):
         lines += [f":returns: {comments['return']}"]
 
 
+def _chart_scripts(app, pagename, templatename, context, doctree):
+    "Vega, Vega-Lite and Vega-Embed (0.9 MB) and the chart sizing only on the pages that have charts."
+    if "altair-viz-" in context.get("body", ""):
+        for name in ("vega-setup.js", "vega-bundle.js", "charts.js"):
+            app.add_js_file(name)
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _parameter_comments)
+    app.connect("html-page-context", _chart_scripts)

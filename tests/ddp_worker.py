@@ -11,7 +11,8 @@ from torch.nn.parallel import DistributedDataParallel
 from annotated_transformer.data import collate
 from annotated_transformer.model import ModelConfig, build_model
 from annotated_transformer.train import global_token_norm, setup_distributed
-from annotated_transformer.training import LabelSmoothing, SimpleLossCompute, make_optimizer, run_epoch, set_seed
+from annotated_transformer.fast import set_seed, train_epoch
+from annotated_transformer.training import LabelSmoothing, SimpleLossCompute, make_optimizer
 
 V, WORLD = 23, 2
 
@@ -45,11 +46,11 @@ def main(out_dir, steps, precision="fp32"):
         assert info.world_size == WORLD
         ddp = DistributedDataParallel(model)
         my_batches = [collate(micro[info.rank]) for micro in data]
-        run_epoch(my_batches, ddp, loss_compute, optimizer, scheduler, progress=False,
+        train_epoch(my_batches, ddp, loss_compute, optimizer, scheduler, progress=False,
                   loss_norm=global_token_norm(info), precision=precision)
     else:  # reference: one process, the whole global batch at once
         whole = [collate(micro[0] + micro[1]) for micro in data]
-        run_epoch(whole, model, loss_compute, optimizer, scheduler, progress=False, precision=precision)
+        train_epoch(whole, model, loss_compute, optimizer, scheduler, progress=False, precision=precision)
     save_file({k: v.contiguous() for k, v in model.state_dict().items() if not k.endswith(".pe")},
               str(Path(out_dir) / f"rank{info.rank}{'' if info.world_size > 1 else '_single'}.safetensors"))
     if info.world_size > 1:

@@ -1,5 +1,7 @@
-"""The README cannot drift from the program: its shell examples run (those that need no GPU and no hours of
-training), from a folder other than the repository, and the command works after a plain (non-editable) install."""
+"""The README cannot drift from the program: it is what nbs/index.ipynb gives, its numbers are rendered from their
+result files, its shell examples (and those of the site pages it links) run from a folder other than the repository,
+and the command works after a plain (non-editable) install, also when the tests run inside a virtual environment."""
+import json
 import os
 import re
 import subprocess
@@ -11,19 +13,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-# README examples not run here, and why; every other `annotated-transformer` line of a ```sh block is run
+# the site pages the README sends readers to for commands; their examples are tested like the README's own
+PAGES = ["usage", "distributed", "gpu", "benchmarks", "contributing"]
+EXAMPLES = README + "\n".join((ROOT / "docs" / f"{page}.md").read_text() for page in PAGES)
+# examples not run here, and why; every other `annotated-transformer` line of a ```sh block is run
 SKIP = {
     "annotated-transformer train --out-dir": "trains for an hour",
     "torchrun": "needs several GPUs",
     "--run-dir runs/": "needs the output of a training run",
     "--checkpoint runs/": "needs the output of a training run",
 }
+# text a reader sees in these files speaks about the project, not about how it was made
+USER_TEXT = [ROOT / "README.md", *(ROOT / "docs" / f"{page}.md" for page in PAGES),
+             *(ROOT / "nbs" / f"{nb}.ipynb" for nb in ("index", "08_copy_task", "10_data", "10a_subwords", "12_evaluation",
+                                                       "14_pretrained", "90_cli"))]
+HISTORY = re.compile(r"old model|old recipe|previous (shipped )?model|goal set|no GPU was|was lent|this session|"
+                     r"development machine|not measured yet", re.I)
 
 
 def shell_examples() -> list[str]:
-    "Every command of the README's ```sh blocks that runs the command (continuation lines joined)."
+    "Every command of the ```sh blocks of the README and its pages that runs the command (continuation lines joined)."
     commands = []
-    for block in re.findall(r"```sh\n(.*?)```", README, re.S):
+    for block in re.findall(r"```sh\n(.*?)```", EXAMPLES, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if ("annotated-transformer " in line or "annotated_transformer.cli" in line) and not line.startswith("#"):
@@ -37,8 +48,9 @@ def runnable() -> list[str]:
 
 def test_readme_has_examples_and_skips_are_real():
     assert len(runnable()) >= 5, runnable()
+    assert any("annotated-transformer" in c for c in re.findall(r"```sh\n(.*?)```", README, re.S)), "no command in the README"
     skipped = [c for c in shell_examples() if c not in runnable()]
-    assert all(any(k in c for c in skipped) for k in SKIP), "a SKIP pattern matches no README line: remove it"
+    assert all(any(k in c for c in skipped) for k in SKIP), "a SKIP pattern matches no example: remove it"
 
 
 @pytest.mark.parametrize("command", runnable())
@@ -66,20 +78,158 @@ def test_version():
 
 
 def test_translate_after_a_plain_install_from_any_folder(tmp_path):
-    "pip install . (not editable) into a fresh environment; translate and evaluate find the shipped model there."
+    """pip install . (not editable) into a fresh environment; translate and evaluate find the shipped model there.
+    torch & co. come from the environment that runs the tests, whether that is the system's Python or the venv the
+    README creates: a .pth file lists its package folders after the new environment's own, so the copy installed
+    here is the one imported (`system_site_packages=True` would see the base interpreter's packages, not a venv's)."""
+    import site
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)  # torch & co. come from this environment
+    venv.create(env_dir, with_pip=False)
+    site_packages = next((env_dir / "lib").glob("python*")) / "site-packages"
+    running = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    (site_packages / "running_environment.pth").write_text("".join(f"{p}\n" for p in running if Path(p).is_dir()))
     python = env_dir / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}  # no checkout
     install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                              "--target", str(next((env_dir / "lib").glob("python*")) / "site-packages"), str(ROOT)],
-                             capture_output=True, text=True, timeout=600)
+                              "--target", str(site_packages), str(ROOT)], capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
-    where = subprocess.run([python, "-c", "import annotated_transformer as a; print(a.__file__)"], cwd=tmp_path,
-                           capture_output=True, text=True)
-    assert str(env_dir) in where.stdout, where.stdout + where.stderr  # the installed copy, not the checkout
+    where = subprocess.run([python, "-c", "import annotated_transformer as a, torch; print(a.__file__)"], cwd=tmp_path,
+                           capture_output=True, text=True, env=env)
+    assert where.returncode == 0 and str(env_dir) in where.stdout, where.stdout + where.stderr  # the installed copy
     res = subprocess.run([python, "-m", "annotated_transformer.cli", "translate", "--beam-size", "1",
-                          "Ein Hund rennt durch den Schnee."], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          "Ein Hund rennt durch den Schnee."], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=env)
     assert res.returncode == 0 and "dog" in res.stdout.lower(), res.stdout + res.stderr[-2000:]
     res = subprocess.run([python, "-m", "annotated_transformer.cli", "evaluate", "--limit", "20", "--beam-size", "1"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "TQDM_DISABLE": "1"})
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**env, "TQDM_DISABLE": "1"})
     assert res.returncode == 0 and "BLEU" in res.stdout, res.stdout + res.stderr[-2000:]
+
+
+# --- the README is generated from nbs/index.ipynb, and is a front page
+
+def make_readme():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_readme", ROOT / "tools" / "make_readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_is_generated_from_index():
+    assert README == make_readme().render(), "README.md is not what nbs/index.ipynb gives: run python tools/make_readme.py"
+
+
+def test_make_readme_rules(tmp_path):
+    "Markdown as is; code with its text output; echo: false shows only its output; hidden and exported cells never."
+    def cell(kind, source, outputs=()):
+        return {"cell_type": kind, "metadata": {}, "source": source, **({"outputs": list(outputs)} if kind == "code" else {})}
+    markdown_out = {"output_type": "execute_result", "data": {"text/markdown": "| a |\n| --- |\n| 1 |", "text/plain": "<Markdown>"}}
+    cells = [cell("markdown", "# Title\n\nSee [the model](03_model.ipynb), [tests](contributing.md#run) and <https://x.org>."),
+             cell("code", "#| hide\nsecret = 1"), cell("code", "#| export\nimport torch"),
+             cell("code", "1 + 1", [{"output_type": "execute_result", "data": {"text/plain": "2"}}]),
+             cell("code", "#| echo: false\nMarkdown(table)", [markdown_out]),
+             cell("markdown", 'A figure: <svg viewBox="0 0 1 1"><a href="x.html"><text>t</text></a></svg>')]
+    nb = tmp_path / "index.ipynb"
+    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    out = make_readme().render(nb)
+    site = make_readme().site_url()
+    assert f"[the model]({site}03_model.html)" in out and f"[tests]({site}contributing.html#run)" in out
+    assert "<https://x.org>" in out
+    assert "secret" not in out and "import torch" not in out
+    assert "```python\n1 + 1\n```\n\n```text\n2\n```" in out
+    assert "| a |\n| --- |\n| 1 |" in out and "Markdown(table)" not in out and "<Markdown>" not in out
+    assert "<svg" not in out and "(docs/architecture.svg)" in out
+
+
+def prose_words(markdown: str) -> int:
+    "Words a reader reads: code blocks, link targets and HTML comments left out."
+    text = re.sub(r"```.*?```|<!--.*?-->", "", markdown, flags=re.S)
+    text = re.sub(r"\]\([^)]*\)|<https?://[^>]*>", "]", text)
+    return len(re.findall(r"\w[\w'.,-]*", text))
+
+
+def test_readme_is_a_front_page():
+    assert prose_words(README) <= 1200, prose_words(README)
+    for heading in ("## Set up", "## Three ways to use it", "## Results", "## Chapters", "## More"):
+        assert f"\n{heading}\n" in README, heading
+    assert "What can go wrong" not in README.split("## More")[0] and "what-can-go-wrong.html" in README  # moved
+    assert len(re.findall(r"^\| greedy \|", README, re.M)) == 1, "one results table"
+    chapters = sorted(p.stem for p in (ROOT / "nbs").glob("[0-9]*.ipynb"))
+    assert all(f"{c}.html" in README for c in chapters), "every chapter is in the chapter table"
+
+
+# --- numbers a reader sees are rendered from the files they were measured into
+
+def rendering_cells():
+    "(notebook, cell index) of every `#| echo: false` cell whose saved output is Markdown: a rendering of a file."
+    for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            if (cell["cell_type"] == "code" and re.search(r"^#\|\s*echo:\s*false", "".join(cell["source"]), re.M)
+                    and any("text/markdown" in o.get("data", {}) for o in cell["outputs"])):
+                yield pytest.param(nb, i, id=f"{nb.stem}-cell{i}")
+
+
+def markdown_outputs(outputs) -> list[str]:
+    text = lambda t: "".join(t) if isinstance(t, list) else t
+    return [text(o["data"]["text/markdown"]).strip() for o in outputs if "text/markdown" in o.get("data", {})]
+
+
+def test_there_are_rendered_numbers():
+    names = {p.values[0].stem for p in rendering_cells()}
+    assert {"index", "14_pretrained"} <= names, names
+
+
+@pytest.mark.parametrize("notebook, index", list(rendering_cells()))
+def test_saved_renderings_match_their_files(notebook, index, monkeypatch):
+    "Each rendering cell, run again now, gives its saved output: no number in a notebook or the README is stale."
+    from execnb.shell import CaptureShell
+    cell = json.loads(notebook.read_text())["cells"][index]
+    monkeypatch.chdir(notebook.parent)  # where nbdev-test runs it
+    fresh = markdown_outputs(CaptureShell().run("".join(cell["source"])))
+    assert fresh == markdown_outputs(cell["outputs"]), (
+        f"{notebook.name}, cell {index}: the saved output differs from what its files give now; re-run the notebook "
+        f"(nbdev-test --save {notebook.relative_to(ROOT)}) and then python tools/make_readme.py")
+
+
+@pytest.mark.parametrize("path", USER_TEXT, ids=lambda p: p.name)
+def test_text_speaks_about_the_project_only(path):
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        text += "\n".join(o for c in cells if c["cell_type"] == "code" for o in markdown_outputs(c["outputs"]))
+    else:
+        text = path.read_text()
+    found = [text[max(0, m.start() - 40):m.end() + 40] for m in HISTORY.finditer(text)]
+    assert not found, f"{path.name}: text about how the project was made, not about the project: {found}"
+
+
+# --- the benchmark page renders the benchmarks' own output files
+
+def test_benchmark_page_includes_result_files():
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    included = re.findall(r"```\{literalinclude\} (\S+)", page)
+    assert {"benchmarks/results_train_step.txt", "benchmarks/results_decode.txt"} <= set(included), included
+    assert all((ROOT / f).is_file() for f in included), included
+    assert not re.search(r"\d+(\.\d+)? ?(x|s|tok/s|sentences/s)\b", re.sub(r"```.*?```", "", page, flags=re.S)), \
+        "a measured figure typed into the page: it belongs in the included result files"
+
+
+def test_decode_results_agree():
+    "The decoding table of results_decode.txt is the one recorded in results_decode.json, from the shipped model."
+    data = json.loads((ROOT / "benchmarks" / "results_decode.json").read_text())
+    text = (ROOT / "benchmarks" / "results_decode.txt").read_text()
+    for row in data["rows"]:
+        assert f"| {row['decoder']} | {row['seconds']:.1f} | {row['sentences_per_s']:.1f} |" in text, row
+    config = json.loads((ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en" / "config.json").read_text())["model"]
+    assert {k: data["model"][k] for k in config if k in data["model"]} == {k: v for k, v in config.items() if k in data["model"]}
+
+
+def test_decode_benchmark_writes_json(tmp_path, multi30k):
+    out = tmp_path / "decode.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--checkpoint",
+                          str(ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"), "--limit", "4",
+                          "--batch-sizes", "4", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["sentences"] == 4 and len(data["rows"]) == 3 and data["identical_greedy"] is not None
+    assert data["parameters"] > 0 and "threads" in data["device"]

@@ -3,10 +3,15 @@
 1. copies docs/conf.py, docs/api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
    directives into what Sphinx understands: `#| hide` cells are dropped, directive comments are
    removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
+   the code cells between a chapter's title and its first sentence (imports, plumbing) are left out,
+   so that every chapter opens with prose;
 2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and the parts of MathJax 3 the
    pages use (from the pip package sphinx-mathjax-offline: no Node, no npm) into _static, so pages
    load nothing from elsewhere;
-3. runs sphinx-build with -W: a warning (broken reference, missing page, bad markup) fails the build.
+3. runs sphinx-build with -W: a warning (broken reference, missing page, bad markup) fails the build,
+   keeping its cache (doctrees) in build/, out of the published folder;
+4. makes pages light: the theme's 1.5 MB icon script is dropped (its icon font, already in the theme's
+   CSS, draws the same icons), and conf.py loads Vega only on pages with charts.
 """
 import argparse
 import importlib.util
@@ -20,10 +25,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
-# The parts of MathJax 3 the pages load: the TeX-to-HTML component, its fonts, and the TeX extensions
-# that `autoload` fetches when a page uses their macros (the speech, SVG and MathML components are left out).
-MATHJAX_PARTS = ["tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions"]
+# The parts of MathJax 3 the pages load, as separate components (conf.py lists them for the loader): the core,
+# TeX input, HTML output with its fonts, the hidden MathML that screen readers read, and the TeX extensions that
+# `autoload` fetches when a page uses their macros. The combined tex-chtml.js would add the 0.4 MB context menu.
+MATHJAX_PARTS = ["startup.js", "core.js", "input/tex.js", "output/chtml.js", "output/chtml/fonts/tex.js",
+                 "output/chtml/fonts/woff-v2", "input/tex/extensions", "a11y/assistive-mml.js"]
 DIRECTIVE = re.compile(r"^\s*#\|.*$")
+# the pages of docs/ after the chapters, in this order (a page not named here comes after them)
+DOCS_PAGES = ["usage", "what-can-go-wrong", "benchmarks", "gpu", "distributed", "contributing", "paper_map", "api"]
+# the architecture figure embedded in markdown cells; the site shows the current docs/architecture.svg instead
+FIGURE = re.compile(r'<svg [^>]*aria-label="The Transformer[^"]*".*?</svg>', re.S)
 
 
 def repo_url() -> str:
@@ -34,10 +45,47 @@ def colab_url(name: str) -> str:
     return repo_url().replace("https://github.com/", "https://colab.research.google.com/github/") + f"/blob/main/nbs/{name}"
 
 
+def opening_plumbing(cells: list[dict]) -> set[int]:
+    "Indices of the code cells between the title cell and the first markdown cell after it (imports, set-up)."
+    title = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"), None)
+    if title is None:
+        return set()
+    found = set()
+    for i in range(title + 1, len(cells)):
+        if cells[i]["cell_type"] == "markdown":
+            break
+        found.add(i)
+    return found
+
+
+ALTAIR_ID = re.compile(r'<div id="(altair-viz-[0-9a-f]+)"></div>')
+ALTAIR_CALL = re.compile(r'\}\)\((\{.*\}), (\{"mode": "vega-lite"\})\);\s*</script>\s*$', re.S)
+
+
+def compact_charts(cell: dict) -> dict:
+    """An Altair chart in a saved output is a spec wrapped in a loader script that fetches Vega from a CDN when it is
+    missing; on the site Vega is always there (docs/charts.js), so the output becomes the element and one call, with
+    the spec written without spaces: the same chart, fewer bytes."""
+    outputs = []
+    for out in cell.get("outputs", []):
+        html = "".join(out.get("data", {}).get("text/html", []))
+        chart_id, call = ALTAIR_ID.search(html), ALTAIR_CALL.search(html)
+        if chart_id and call:
+            spec = json.dumps(json.loads(call[1]), separators=(",", ":"), ensure_ascii=False)
+            html = (f'<div id="{chart_id[1]}"></div>\n<script>vegaEmbed(document.getElementById("{chart_id[1]}"), '
+                    f'{spec}, {call[2]});</script>\n')
+            out = {**out, "data": {**out["data"], "text/html": html}}
+        outputs.append(out)
+    return {**cell, "outputs": outputs}
+
+
 def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
     nb = json.loads(src.read_text())
     cells = []
-    for cell in nb["cells"]:
+    plumbing = opening_plumbing(nb["cells"])
+    for i, cell in enumerate(nb["cells"]):
+        if i in plumbing and not cell.get("outputs"):
+            continue
         text = "".join(cell["source"])
         if cell["cell_type"] == "code":
             lines = text.splitlines()
@@ -47,11 +95,17 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
             code = "\n".join(l for l in lines if not DIRECTIVE.match(l)).strip("\n")
             if not code:
                 continue
-            cell = {**cell, "source": code}
+            cell = compact_charts({**cell, "source": code})
+            if "#|echo:false" in (d.replace(" ", "") for d in directives):  # only the output shows (nbdev's echo: false)
+                cell["metadata"] = {**cell["metadata"], "tags": ["remove-input"]}
+        elif cell["cell_type"] == "markdown" and FIGURE.search(text):
+            figure = (ROOT / "docs" / "architecture.svg").read_text().strip()
+            cell = {**cell, "source": FIGURE.sub(lambda m: figure, text)}
         cells.append(cell)
     title = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
+    runtime = ("it asks Colab for a GPU" if nb["metadata"].get("accelerator") == "GPU" else "a CPU runtime is enough")
     link = {"cell_type": "markdown", "metadata": {}, "id": "colab-link",
-            "source": f"[Open this notebook in Colab]({colab_url(src.name)}) (runs on a free GPU; the first cell installs the package)."}
+            "source": f"[Open this notebook in Colab]({colab_url(src.name)}) ({runtime}; the first cell installs the package)."}
     cells.insert(title + 1, link)
     if toctree is not None:
         cells.append({"cell_type": "markdown", "metadata": {}, "id": "site-toctree",
@@ -120,11 +174,146 @@ REDIRECT = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>
 """
 
 
+LIVE_MODEL = ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"  # the package's shipped model
+LIVE_MODEL_FILES = ("config.json", "tokenizer.json", "model.safetensors")  # what docs/live/worker.js reads
+
+
+def live_translator(static: Path) -> None:
+    """The in-browser translator: docs/live/ into _static/live/, and the shipped model's files (checked against the
+    SHA-256s of its manifest.json) into _static/live/model/. Built from the package each time, so the page always
+    runs the package's current model, and the weights are stored once in the repository."""
+    import hashlib
+    dst = static / "live"
+    shutil.copytree(ROOT / "docs" / "live", dst, dirs_exist_ok=True)
+    (dst / "model").mkdir(exist_ok=True)
+    manifest = json.loads((LIVE_MODEL / "manifest.json").read_text())
+    for name in LIVE_MODEL_FILES:
+        digest = hashlib.sha256((LIVE_MODEL / name).read_bytes()).hexdigest()
+        if digest != manifest["files"].get(name):
+            sys.exit(f"{LIVE_MODEL / name} does not match the SHA-256 in its manifest.json: the shipped model is damaged")
+        shutil.copy(LIVE_MODEL / name, dst / "model" / name)
+    shutil.copy(LIVE_MODEL / "manifest.json", dst / "model" / "manifest.json")
+
+
+def live_benchmark_table() -> str:
+    "The speed of the in-browser translator, as benchmarks/live_translate.py measured it into results_live.json."
+    f = ROOT / "benchmarks" / "results_live.json"
+    if not f.exists():
+        return ""
+    r = json.loads(f.read_text())
+    rows = "".join(f"<tr><td>{label} ({r[k]['sentences']} test2016 sentences)</td><td>{r[k]['median_ms']:.0f} ms</td>"
+                   f"<td>{r[k]['mean_ms']:.0f} ms</td><td>{r[k]['p90_ms']:.0f} ms</td></tr>"
+                   for k, label in (("greedy", "a sentence, greedy"), ("beam4", "a sentence, beam search (4 beams)")))
+    return (f'<table class="lt-benchmark"><caption>Speed in {r["browser"]} on {r["cpu_cores"]} CPU cores '
+            f'(<code>benchmarks/live_translate.py</code>; 1-minute load average of the machine {r["load_average"][0]}): '
+            f'loading the model takes {r["load_s"]["empty_cache"]} s the first time ({r["weights_mb"]} MB of weights) and '
+            f'{r["load_s"]["cache_api"]} s from the browser\'s cache; a sentence, from the request to its translation and '
+            f'attention maps:</caption><thead><tr><th></th><th>median</th><th>mean</th><th>90th percentile</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>\n")
+
+
+def live_translator_tags(site: Path) -> None:
+    "Load the translator's script and style on the pages that have a `live-translate` box, and only there; its speed below it."
+    tags = '<link rel="stylesheet" href="_static/live/live.css">\n<script type="module" src="_static/live/live.js"></script>\n'
+    table = live_benchmark_table()
+    for page in site.glob("*.html"):
+        html = page.read_text()
+        if 'class="live-translate"' in html:
+            html = re.sub(r'(<div class="live-translate".*?</div>\n)', lambda m: m[1] + table, html, count=1, flags=re.S)
+            page.write_text(html.replace("</head>", tags + "</head>", 1))
+
+
 def trim(site: Path) -> None:
     "Drop what readers never load: source maps of the theme's scripts and styles, the theme's translations."
     for f in site.rglob("*.map"):
         f.unlink()
     shutil.rmtree(site / "_static" / "locales", ignore_errors=True)
+    for f in site.glob(".buildinfo*"):  # Sphinx's record of the build, for incremental rebuilds
+        f.unlink()
+
+
+ICON_SCRIPT = re.compile(r'\s*<script defer src="_static/scripts/fontawesome\.js[^"]*"></script>')
+
+
+def drop_icon_script(site: Path) -> None:
+    """The theme loads Font Awesome's 1.5 MB script, which redraws its icons as SVG; the theme's CSS already
+    draws them with the icon font (about 0.1 MB, loaded once), so the script is removed from every page."""
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        if "fontawesome.js" in text:
+            page.write_text(ICON_SCRIPT.sub("", text))
+    for f in (site / "_static" / "scripts").glob("fontawesome.js*"):
+        f.unlink()
+
+
+def theme_icons() -> str:
+    "Font Awesome's script as shipped with the theme: the source of the icon outlines."
+    import pydata_sphinx_theme
+    return (Path(pydata_sphinx_theme.__file__).parent / "theme" / "pydata_sphinx_theme" / "static" / "scripts"
+            / "fontawesome.js").read_text()
+
+
+ICON = re.compile(r'(?:"([\w-]+)"|([\w$]+)):\[(\d+),(\d+),\[[^\]]*\],"[^"]*","([^"]+)"\]')
+
+
+def icons_as_masks(site: Path) -> None:
+    """Draw the theme's icons from their outlines instead of the 0.1 MB icon font every page would load: each solid
+    icon the pages use (`fa-bars`, `fa-sun`, ...) becomes a CSS mask in the page's text colour, and the fonts go."""
+    from urllib.parse import quote
+    icons = theme_icons()
+    start = icons.index('p("far",b)')  # the solid set is registered after the regular one
+    solid = {(m[1] or m[2]): (m[3], m[4], m[5]) for m in ICON.finditer(icons[start:icons.index('p("fas",b)')])}
+    used = set()
+    for f in [*site.glob("*.html"), *(site / "_static").rglob("*.js")]:
+        used |= set(re.findall(r"fa-([a-z0-9-]+)", f.read_text(errors="ignore")))
+    rules = ['[class*="fa-"], [class*="fa-"]::before { font-family: inherit !important; }',
+             '[class*="fa-"]::before { content: ""; display: inline-block; width: 1em; height: 1em; '
+             "vertical-align: -0.125em; background-color: currentColor; "
+             "-webkit-mask: var(--icon) center / contain no-repeat; mask: var(--icon) center / contain no-repeat; }"]
+    for name in sorted(used & solid.keys()):
+        w, h, path = solid[name]
+        svg = f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {w} {h}'><path d='{path}'/></svg>"
+        rules.append(f'.fa-{name} {{ --icon: url("data:image/svg+xml,{quote(svg)}"); }}'
+                     f' .fa-{name}::before {{ width: {int(w) / int(h):.4g}em; }}')
+    with open(site / "_static" / "custom.css", "a") as css:
+        css.write("\n/* the theme's icons as masks (written by tools/build_docs.py) */\n" + "\n".join(rules) + "\n")
+    shutil.rmtree(site / "_static" / "vendor" / "fontawesome", ignore_errors=True)
+    theme_css = site / "_static" / "styles" / "pydata-sphinx-theme.css"  # less its 0.07 MB of icon-to-glyph rules
+    theme_css.write_text(re.sub(r'(?:\.fa-[a-z0-9-]+,?)+\{--fa:[^}]*\}', "", theme_css.read_text()))
+
+
+SEARCH_SCRIPTS = re.compile(r'\s*<script src="(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>')
+NOTEBOOK_CSS = re.compile(r'\s*<link rel="stylesheet" type="text/css" href="_static/mystnb\.[^"]*" />')
+
+
+SIGNATURE = re.compile(r'<dt class="sig[^"]*"[^>]*>.*?</dt>|<nav id="pst-page-toc-nav"[^>]*>.*?</nav>', re.S)
+PRE = re.compile(r'<span class="pre">([^<]*)</span>')
+
+
+def page_assets(site: Path) -> None:
+    """The search index and its scripts (0.15 MB) only on the search page (search-as-you-type is off, so other pages
+    never use them), and myst-nb's notebook styles only on pages that show notebook cells. In the API signatures
+    and the page contents every word sits in its own `<span class="pre">`; the words alone read the same (0.05 MB
+    less on the API page)."""
+    for page in site.glob("*.html"):
+        text = page.read_text()
+        new = text if page.name == "search.html" else SEARCH_SCRIPTS.sub("", text)
+        if 'class="cell' not in new:
+            new = NOTEBOOK_CSS.sub("", new)
+        new = SIGNATURE.sub(lambda m: PRE.sub(r"\1", m[0]), new)
+        if new != text:
+            page.write_text(new)
+
+
+def site_scripts(static: Path) -> None:
+    "The site's own scripts and the repository icon of the header (GitHub's mark, taken from the theme's icon set)."
+    for name in ("site.js", "charts.js"):
+        shutil.copy(ROOT / "docs" / name, static / name)
+    shutil.copy(ROOT / "docs" / "search_scorer.js", static.parent / "search_scorer.js")  # conf.py's html_search_scorer
+    icons = theme_icons()
+    width, height, path = re.search(r'\bgithub:\[(\d+),(\d+),\[\],"\w+","([^"]+)"\]', icons).groups()
+    (static / "repository.svg").write_text(
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}"><path fill="#6b7280" d="{path}"/></svg>\n')
 
 
 def main():
@@ -135,26 +324,35 @@ def main():
     shutil.rmtree(src, ignore_errors=True)
     (src / "_static").mkdir(parents=True)
     shutil.copy(ROOT / "docs" / "conf.py", src / "conf.py")
-    shutil.copy(ROOT / "docs" / "api.md", src / "api.md")
-    shutil.copy(ROOT / "docs" / "paper_map.md", src / "paper_map.md")
-    shutil.copy(ROOT / "docs" / "what-can-go-wrong.md", src / "what-can-go-wrong.md")
+    for page in (ROOT / "docs").glob("*.md"):
+        shutil.copy(page, src / page.name)
+    shutil.copytree(ROOT / "benchmarks", src / "benchmarks", ignore=shutil.ignore_patterns("*.py", "__pycache__"))  # results
     shutil.copy(ROOT / "docs" / "favicon.svg", src / "_static" / "favicon.svg")
     shutil.copy(ROOT / "docs" / "custom.css", src / "_static" / "custom.css")
     notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
-    toctree = [p.stem for p in notebooks] + ["paper_map", "what-can-go-wrong", "api"]
+    pages = [p for p in DOCS_PAGES if (ROOT / "docs" / f"{p}.md").exists()]
+    pages += sorted(p.stem for p in (ROOT / "docs").glob("*.md") if p.stem not in pages)  # any other page last
+    toctree = [p.stem for p in notebooks] + pages
     prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", toctree)
     for nb in notebooks:
         prepare_notebook(nb, src / nb.name, None)
     vega(src / "_static")
     mathjax(src / "_static")
+    live_translator(src / "_static")
+    site_scripts(src / "_static")
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(src), str(out)]
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(BUILD / "doctrees"),
+           str(src), str(out)]
     res = subprocess.run(cmd)
     if res.returncode != 0:
         sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
     nbdev_link_targets(out)
+    live_translator_tags(out)
     trim(out)
+    drop_icon_script(out)
+    icons_as_masks(out)
+    page_assets(out)
     print(f"site built in {out}")
 
 

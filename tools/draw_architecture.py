@@ -1,72 +1,183 @@
-"""Writes docs/architecture.svg: the architecture figure (an SVG whose blocks link to their sections), drawn in
-currentColor so it follows the light and dark themes. 03_model and index embed its text in a markdown cell."""
+"""Writes docs/architecture.svg: the architecture figure as the code builds it (pre-norm by default, the paper's
+post-norm noted under it), each block a link to the section that implements it, drawn in currentColor so it follows
+the light and dark themes. It is 440 units wide and every text is at least 13.5 units, so that shown across a 358 px
+phone column no text is smaller than 11 px.
+
+The site (tools/build_docs.py) shows this file wherever a notebook embeds the figure; `--update-notebooks` also
+writes it into the markdown cells of nbs/ that embed it (03_model, index), for readers of the notebooks."""
+import argparse
+import json
+import re
 from pathlib import Path
-def box(x, y, w, h, label, href, fill, sub=None):
-    t = f'<a href="{href}"><g class="blk"><rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" fill-opacity="0.28" stroke="currentColor" stroke-width="1.2"/>'
-    if sub:
-        t += f'<text x="{x + w / 2}" y="{y + h / 2 - 3}" text-anchor="middle" font-size="12.5">{label}</text>'
-        t += f'<text x="{x + w / 2}" y="{y + h / 2 + 12}" text-anchor="middle" font-size="10.5" opacity="0.8">{sub}</text>'
-    else:
-        t += f'<text x="{x + w / 2}" y="{y + h / 2 + 4}" text-anchor="middle" font-size="12.5">{label}</text>'
-    return t + "<title>" + label + (" — " + sub if sub else "") + "</title></g></a>"
 
-def head(x, y, direction="up"):
-    "A filled arrowhead whose tip is at (x, y), pointing up or right."
-    pts = f"{x},{y} {x - 4},{y + 7} {x + 4},{y + 7}" if direction == "up" else f"{x},{y} {x - 7},{y - 4} {x - 7},{y + 4}"
-    return f'<polygon points="{pts}" fill="currentColor"/>'
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "architecture.svg"
+FIGURE = re.compile(r'<svg [^>]*aria-label="The Transformer[^"]*".*?</svg>', re.S)
 
-def arrow(x1, y1, x2, y2):
-    return f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2 + 6}" stroke="currentColor" stroke-width="1.3"/>' + head(x2, y2)
-
-L, R, W = 40, 330, 230
-ATT, FF, NORM, EMB, OUT = "#4c8bf5", "#3ab07c", "#f2b134", "#b07cf2", "#ef6b6b"
-a = "01_attention.html#multi-head-attention-section-3-2-2"
-ff = "02_layers.html#position-wise-feed-forward-network-section-3-3"
-norm = "02_layers.html#residual-connections-and-where-the-norm-goes-section-3-1"
-emb, pe = "02_layers.html#embeddings-section-3-4", "02_layers.html#positional-encoding-section-3-5"
-enc, dec = "03_model.html#encoder-section-3-1", "03_model.html#decoder-section-3-1-and-the-causal-mask"
+W = 440  # drawing width, units
+COL = 200  # width of one stack
+BOX = 168  # width of a block; the residual path runs in the lane to its right
+MAIN, SUB = 14.5, 13.5  # font sizes (units)
+ATT, FF, NORM, EMB, OUT_C = "#4c8bf5", "#3ab07c", "#f2b134", "#b07cf2", "#ef6b6b"
+A = "01_attention.html#multi-head-attention-section-3-2-2"
+F = "02_layers.html#position-wise-feed-forward-network-section-3-3"
+N = "02_layers.html#residual-connections-and-where-the-norm-goes-section-3-1"
+E, P = "02_layers.html#embeddings-section-3-4", "02_layers.html#positional-encoding-section-3-5"
+ENC, DEC = "03_model.html#encoder-section-3-1", "03_model.html#decoder-section-3-1-and-the-causal-mask"
+GEN = "03_model.html#configuration-and-make-model"
 
 
-def input_stack(x, ids_label):
-    "Token ids, embeddings and positional encoding: the bottom of both stacks."
-    return [box(x, 560, W, 30, ids_label, "04_batches.html", EMB),
-            box(x, 510, W, 34, "Embeddings × √d_model", emb, EMB, "shared table when tied (3.4)"),
-            box(x, 460, W, 34, "+ Positional encoding", pe, EMB, "sin/cos, then dropout (3.5)")]
+def box(x, y, h, lines, href, fill, sub=None, title=None):
+    "A block linking to `href`: one or two lines of label, an optional smaller line under them."
+    cx = x + BOX / 2
+    rows = [(t, MAIN, 1.0) for t in lines] + ([(sub, SUB, 0.8)] if sub else [])
+    step = 17
+    y0 = y + h / 2 - step * (len(rows) - 1) / 2 + 5
+    text = "".join(f'<text x="{cx:g}" y="{y0 + i * step:g}" text-anchor="middle" font-size="{size}" opacity="{op}">{t}</text>'
+                   for i, (t, size, op) in enumerate(rows))
+    label = title or " ".join(lines + ([sub] if sub else []))
+    return (f'<a href="{href}" style="text-decoration:none"><g><title>{label}</title>'
+            f'<rect x="{x:g}" y="{y:g}" width="{BOX}" height="{h}" rx="6" fill="{fill}" fill-opacity="0.28" '
+            f'stroke="currentColor" stroke-width="1.2"/>{text}</g></a>')
 
 
-def repeated(x, top, href, label):
-    "The dashed frame of the N repeated layers, from y=top down to just above the positional encoding."
-    return (f'<a href="{href}"><rect x="{x - 12}" y="{top}" width="{W + 24}" height="{446 - top}" rx="10" fill="none" '
-            f'stroke="currentColor" stroke-dasharray="5 4"/><text x="{x - 4}" y="438" font-size="12">{label}</text></a>')
+def up_arrow(x, y_from, y_to):
+    "A vertical arrow from y_from up to y_to (its tip)."
+    return (f'<line x1="{x:g}" y1="{y_from:g}" x2="{x:g}" y2="{y_to + 6:g}" stroke="currentColor" stroke-width="1.4"/>'
+            f'<polygon points="{x:g},{y_to:g} {x - 4.5:g},{y_to + 8:g} {x + 4.5:g},{y_to + 8:g}" fill="currentColor"/>')
 
 
-parts = input_stack(L, "Source ids (German)") + [repeated(L, 220, enc, "N × encoder layer")]  # encoder, bottom to top
-parts += [box(L, 380, W, 40, "Multi-head self-attention", a, ATT, "padding mask (batch, 1, src)"),
-          box(L, 338, W, 28, "Add & Norm (residual)", norm, NORM),
-          box(L, 278, W, 40, "Feed-forward", ff, FF, "max(0, xW₁+b₁)W₂+b₂ (3.3)"),
-          box(L, 236, W, 28, "Add & Norm (residual)", norm, NORM)]
-parts += input_stack(R, "Target ids, shifted right") + [repeated(R, 120, dec, "N × decoder layer")]  # decoder
-parts += [box(R, 380, W, 40, "Masked multi-head self-attention", a, ATT, "causal + padding mask"),
-          box(R, 338, W, 28, "Add & Norm (residual)", norm, NORM),
-          box(R, 278, W, 40, "Multi-head source attention", a, ATT, "keys, values: encoder memory"),
-          box(R, 236, W, 28, "Add & Norm (residual)", norm, NORM),
-          box(R, 176, W, 40, "Feed-forward", ff, FF, "max(0, xW₁+b₁)W₂+b₂ (3.3)"),
-          box(R, 134, W, 28, "Add & Norm (residual)", norm, NORM),
-          box(R, 70, W, 34, "Linear (output projection)", "03_model.html#configuration-and-make-model", OUT, "tied with the embeddings (3.4)"),
-          box(R, 22, W, 30, "Softmax: next-token probabilities", "05_training.html", OUT)]
-cx, dx = L + W / 2, R + W / 2
-parts += [arrow(cx, 560, cx, 546), arrow(cx, 510, cx, 496), arrow(cx, 460, cx, 422), arrow(cx, 380, cx, 368),
-          arrow(cx, 338, cx, 320), arrow(cx, 278, cx, 266),
-          arrow(dx, 560, dx, 546), arrow(dx, 510, dx, 496), arrow(dx, 460, dx, 422), arrow(dx, 380, dx, 368),
-          arrow(dx, 338, dx, 320), arrow(dx, 278, dx, 266), arrow(dx, 236, dx, 218), arrow(dx, 176, dx, 164),
-          arrow(dx, 134, dx, 106), arrow(dx, 70, dx, 54)]
-# memory: encoder output into the decoder's source attention
-parts.append(f'<path d="M {cx} 236 L {cx} 200 L {R - 30} 200 L {R - 30} 298 L {R - 8} 298" fill="none" stroke="currentColor" stroke-width="1.3"/>'
-             + head(R - 1, 298, "right") + f'<text x="{cx + 8}" y="194" font-size="11">encoder memory</text>')
-svg = f'''<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 620 600" width="620" style="max-width:100%;height:auto;color:inherit" role="img" aria-label="The Transformer: encoder and decoder stacks, each block links to the section that implements it" font-family="sans-serif" fill="currentColor">
-<text x="{cx}" y="{596}" text-anchor="middle" font-size="11" opacity="0.75">encoder</text>
-<text x="{dx}" y="{596}" text-anchor="middle" font-size="11" opacity="0.75">decoder</text>
-{"".join(parts)}
-</svg>'''
-open(Path(__file__).resolve().parents[1] / "docs" / "architecture.svg", "w").write(svg + "\n")
-print("wrote docs/architecture.svg")
+def plus(cx, cy):
+    "The residual addition."
+    return (f'<circle cx="{cx:g}" cy="{cy:g}" r="9" fill="none" stroke="currentColor" stroke-width="1.4"/>'
+            f'<path d="M {cx - 5:g} {cy:g} H {cx + 5:g} M {cx:g} {cy - 5:g} V {cy + 5:g}" stroke="currentColor" stroke-width="1.4"/>')
+
+
+def stack(x, bottom, layer, top_blocks, frame_label, frame_href):
+    """One stack drawn from the bottom up: `bottom` blocks, then the repeated layer (sublayers, each with its
+    LayerNorm before it and its residual addition after it), then `top_blocks`. Returns (svg parts, positions)."""
+    parts, y, cx = [], 800, x + BOX / 2
+    pos = {}
+    def place(h, gap=20):
+        nonlocal y
+        y -= h
+        top = y
+        y -= gap
+        return top
+    prev_top = None
+    for spec in bottom:
+        top = place(spec["h"])
+        parts.append(box(x, top, spec["h"], spec["lines"], spec["href"], spec["fill"], spec.get("sub")))
+        if prev_top is not None:
+            parts.append(up_arrow(cx, prev_top, top + spec["h"]))
+        prev_top = top
+    frame_bottom = y + 14
+    for sub in layer:
+        branch = prev_top - 8  # where the residual leaves the main path
+        ln = place(26, 14)
+        parts.append(box(x, ln, 26, ["LayerNorm"], N, NORM, title="LayerNorm before the sublayer (pre-norm)"))
+        parts.append(up_arrow(cx, prev_top, ln + 26))
+        top = place(sub["h"], 16)
+        parts.append(box(x, top, sub["h"], sub["lines"], sub["href"], sub["fill"], sub.get("sub")))
+        parts.append(up_arrow(cx, ln, top + sub["h"]))
+        pos[sub["key"]] = top
+        py = place(18, 16) + 9
+        parts.append(up_arrow(cx, top, py + 9))
+        parts.append(plus(cx, py))
+        lane = x + BOX + 14
+        parts.append(f'<path d="M {cx:g} {branch:g} H {lane:g} V {py:g} H {cx + 15:g}" fill="none" stroke="currentColor" '
+                     f'stroke-width="1.4" stroke-dasharray="4 3"/>'
+                     f'<polygon points="{cx + 9:g},{py:g} {cx + 17:g},{py - 4.5:g} {cx + 17:g},{py + 4.5:g}" fill="currentColor"/>')
+        prev_top = py - 9
+    frame_top = y + 6
+    parts.append(f'<a href="{frame_href}" style="text-decoration:none"><rect x="{x - 6:g}" y="{frame_top:g}" width="{COL + 2}" '
+                 f'height="{frame_bottom - frame_top:g}" rx="10" fill="none" stroke="currentColor" stroke-dasharray="6 4" opacity="0.7"/>'
+                 f'<text x="{x:g}" y="{frame_top - 6:g}" font-size="{SUB}">{frame_label}</text></a>')
+    y -= 14
+    for spec in top_blocks:
+        top = place(spec["h"])
+        parts.append(box(x, top, spec["h"], spec["lines"], spec["href"], spec["fill"], spec.get("sub"), spec.get("title")))
+        parts.append(up_arrow(cx, prev_top, top + spec["h"]))
+        pos[spec.get("key", spec["lines"][0])] = top
+        prev_top = top
+    pos["top"] = prev_top
+    return parts, pos
+
+
+def figure() -> str:
+    L, R = 8, 8 + COL + 28
+    def inputs(ids, sub):
+        return [dict(h=40, lines=[ids], sub=sub, href="04_batches.html", fill=EMB),
+                dict(h=40, lines=["Embedding"], sub="× √d_model", href=E, fill=EMB),
+                dict(h=40, lines=["Positional enc."], sub="added, then dropout", href=P, fill=EMB)]
+    final_norm = dict(h=26, lines=["LayerNorm"], href=N, fill=NORM, key="final", title="LayerNorm after the last layer (pre-norm)")
+    enc, epos = stack(L, inputs("Source ids", "German tokens"),
+                      [dict(key="self", h=46, lines=["Multi-head", "self-attention"], href=A, fill=ATT),
+                       dict(key="ff", h=46, lines=["Feed-forward"], sub="max(0, xW₁+b₁)W₂+b₂", href=F, fill=FF)],
+                      [final_norm], "N × layer", ENC)
+    dec, dpos = stack(R, inputs("Target ids", "shifted right"),
+                      [dict(key="self", h=46, lines=["Masked multi-head", "self-attention"], href=A, fill=ATT),
+                       dict(key="src", h=46, lines=["Source attention"], sub="keys, values: memory", href=A, fill=ATT),
+                       dict(key="ff", h=46, lines=["Feed-forward"], sub="max(0, xW₁+b₁)W₂+b₂", href=F, fill=FF)],
+                      [final_norm, dict(h=40, lines=["Linear"], sub="tied to embeddings", href=GEN, fill=OUT_C),
+                       dict(h=40, lines=["Softmax"], sub="next-token probs", href="05_training.html", fill=OUT_C)],
+                      "N × layer", DEC)
+    # the encoder's output (memory) into every decoder layer's source attention
+    ex, mem_y = L + BOX / 2, dpos["src"] + 23
+    gap_x = L + COL + 12
+    memory = (f'<path d="M {ex:g} {epos["top"]:g} V {epos["top"] - 16:g} H {gap_x:g} V {mem_y:g} H {R - 8:g}" fill="none" '
+              f'stroke="currentColor" stroke-width="1.4"/>'
+              f'<polygon points="{R - 1:g},{mem_y:g} {R - 9:g},{mem_y - 4.5:g} {R - 9:g},{mem_y + 4.5:g}" fill="currentColor"/>'
+              f'<text x="{L:g}" y="{epos["top"] - 22:g}" font-size="{SUB}">memory</text>')
+    top = dpos["top"] - 34
+    out = up_arrow(R + BOX / 2, dpos["top"], top + 4)
+    note = ["Drawn as built (pre_norm=True): each sublayer computes",
+            "x + Sublayer(LayerNorm(x)), and each stack ends with a",
+            "LayerNorm. The paper's post-norm (pre_norm=False):",
+            "LayerNorm(x + Sublayer(x)), no final LayerNorm."]
+    note_svg = "".join(f'<text x="{L:g}" y="{870 + 18 * i}" font-size="{SUB}" opacity="0.85">{t}</text>' for i, t in enumerate(note))
+    legend = (f'<text x="{L + BOX / 2:g}" y="822" text-anchor="middle" font-size="{MAIN}" font-weight="bold">Encoder</text>'
+              f'<text x="{R + BOX / 2:g}" y="822" text-anchor="middle" font-size="{MAIN}" font-weight="bold">Decoder</text>'
+              f'<text x="{L:g}" y="848" font-size="{SUB}" opacity="0.85">Dashed: residual connection.</text>')
+    height = 870 + 18 * len(note)
+    parts = enc + dec + [memory, out, legend, note_svg]
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 {top - 4:g} {W} {height - top + 4:g}" width="{W}" '
+            f'style="max-width:100%;height:auto;color:inherit" role="img" aria-label="The Transformer as this package builds '
+            f'it: encoder and decoder stacks with pre-norm sublayers and residual connections; each block links to the '
+            f'section that implements it" font-family="sans-serif" fill="currentColor">\n' + "\n".join(parts) + "\n</svg>")
+
+
+def update_notebooks(svg: str) -> None:
+    "Replace the figure embedded in the markdown cells of the notebooks by `svg`."
+    for nb_path in sorted((ROOT / "nbs").glob("*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        changed = False
+        for cell in nb["cells"]:
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "markdown" and FIGURE.search(text):
+                new = FIGURE.sub(lambda m: svg, text)
+                lines = new.split("\n")
+                cell["source"] = [l + "\n" for l in lines[:-1]] + [lines[-1]]
+                changed = True
+        if changed:
+            tmp = nb_path.with_suffix(".ipynb.tmp")
+            tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            tmp.replace(nb_path)
+            print(f"updated the figure in {nb_path.relative_to(ROOT)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--update-notebooks", action="store_true", help="also replace the figure embedded in nbs/*.ipynb")
+    args = ap.parse_args()
+    svg = figure()
+    tmp = OUT.with_suffix(".svg.tmp")
+    tmp.write_text(svg + "\n")
+    tmp.replace(OUT)
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    if args.update_notebooks:
+        update_notebooks(svg)
+
+
+if __name__ == "__main__":
+    main()

@@ -48,7 +48,7 @@ exec > >(tee "$LOG") 2>&1
 
 python - <<'EOF'
 import datetime, torch
-from annotated_transformer.training import resolve_precision
+from annotated_transformer.fast import resolve_precision
 print(f"date      {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
 print(f"GPU       {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)")
 print(f"torch     {torch.__version__} (CUDA {torch.version.cuda})")
