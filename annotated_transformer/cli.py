@@ -227,8 +227,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 def train_main(args: argparse.Namespace) -> int:
     cfg = config_from_args(TrainConfig, args)
     history = train(cfg, device=args.device)
-    if history and int(os.environ.get("RANK", "0")) == 0:
-        print(f"done: best checkpoint in {Path(cfg.out_dir, 'best').resolve()}; "
+    best = Path(cfg.out_dir, "best")
+    if history and int(os.environ.get("RANK", "0")) == 0:  # name only the folders that were written
+        print(f"done: {f'best checkpoint in {best.resolve()}' if best.is_dir() else 'no epoch had a finite validation score, so there is no best/'}; "
               f"per-epoch log in {Path(cfg.out_dir, 'history.jsonl').resolve()}")
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -403,8 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         status = SUBCOMMANDS[args.command][2](args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         return status
-    except TrainingStopped as stopped:  # Ctrl-C or SIGTERM during training: a checkpoint was saved
-        print(f"{prog}: {stopped}", file=sys.stderr)
+    except TrainingStopped as stopped:  # Ctrl-C, SIGTERM or SIGHUP during training: a checkpoint was saved
+        try:
+            print(f"{prog}: {stopped}", file=sys.stderr)
+        except KeyboardInterrupt:  # one more Ctrl-C on the way out changes nothing: the checkpoint is saved
+            pass
         return 130
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

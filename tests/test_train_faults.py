@@ -1,6 +1,8 @@
 """Training runs that cannot be corrupted, checked with real processes and injected faults (tests/train_worker.py):
-a run stopped by SIGTERM resumes to the weights of an uninterrupted run; a run killed in the middle of writing a
-checkpoint resumes from the last complete one; two runs on one folder cannot both train."""
+a run stopped by SIGTERM (or SIGHUP) resumes to the weights of an uninterrupted run; signals that arrive while the
+stop's checkpoint is written neither cut it short nor change the exit status; a run killed in the middle of writing
+a checkpoint resumes from the last complete one; a run ended by max_steps in the middle of an epoch resumes inside
+that epoch; two runs on one folder cannot both train."""
 import os
 import subprocess
 import sys
@@ -70,3 +72,33 @@ def test_two_runs_on_one_folder(tmp_path, multi30k):
         (tmp_path / "go").write_text("")
         out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-3000:]
+
+
+def test_sighup_saves_like_sigterm(tmp_path, multi30k):
+    stopped = run(tmp_path, "sighup@7")
+    assert stopped.returncode == 3, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    assert "SIGHUP: finishing the current step" in stopped.stderr and "stopped at step 7" in stopped.stdout
+    assert load_file(str(tmp_path / "last" / "trainer.safetensors"))  # the resumable checkpoint was written
+
+
+def test_signals_during_the_save_end_in_the_save_and_130(tmp_path, multi30k):
+    from annotated_transformer.checkpoint import check_manifest
+    res = run(tmp_path, "cli-signals-in-save@6")
+    assert res.returncode == 130, (res.returncode, res.stdout[-2000:], res.stderr[-3000:])
+    assert res.stderr.count("the checkpoint is being saved; stopping right after") == 4, res.stderr[-3000:]
+    assert res.stderr.strip().splitlines()[-1].startswith("annotated-transformer train: stopped at step 6")
+    assert check_manifest(tmp_path / "last")["step"] == 6  # whole, and the one the stop asked for
+
+
+def test_max_steps_in_the_middle_of_an_epoch_resumes_inside_it(tmp_path, multi30k):
+    import json
+    partial = run(tmp_path / "a", "steps@12")
+    assert partial.returncode == 0, partial.stdout[-2000:] + partial.stderr[-2000:]
+    record = json.loads((tmp_path / "a" / "history.jsonl").read_text().splitlines()[-1])
+    assert record["partial"] and record["batches_done"] == 12 and record["epoch"] == 1, record
+    assert not (tmp_path / "a" / "epoch_001").exists()  # an epoch folder means a finished epoch
+    resumed = run(tmp_path / "a", "steps@70")  # more steps than epoch 1 holds: ends inside epoch 2
+    assert "12 batches into it" in resumed.stdout, resumed.stdout[-2000:]
+    straight = run(tmp_path / "b", "steps@70")
+    assert resumed.returncode == straight.returncode == 0
+    assert same(weights(tmp_path / "a"), weights(tmp_path / "b"))

@@ -2,10 +2,12 @@
 
     python tests/train_worker.py OUT_DIR MODE
 
-MODE: `full` trains normally; `sigterm@N` sends itself SIGTERM right after optimizer step N; `kill-in-save@N` dies
-(SIGKILL) in the middle of the N-th save of last/, after its weights and before its other files;
-`hold@N` pauses after step N, with OUT_DIR/ready written, until OUT_DIR/go exists. Exits 0 when training ends,
-3 when it was stopped (TrainingStopped), 4 when the run folder is locked by another run."""
+MODE: `full` trains normally; `steps@N` trains with max_steps=N; `sigterm@N` (or `sighup@N`) sends itself the
+signal during optimizer step N; `kill-in-save@N` dies (SIGKILL) in the middle of the N-th save of last/, after its
+weights and before its other files; `hold@N` pauses at step N, with OUT_DIR/ready written, until OUT_DIR/go exists;
+`cli-signals-in-save@N` runs the `annotated-transformer train` command, sends itself SIGTERM during step N and then
+SIGTERM, SIGHUP and SIGINT while the stop's checkpoint is being written, and exits with the command's status.
+Exits 0 when training ends, 3 when it was stopped (TrainingStopped), 4 when the run folder is locked by another run."""
 import os
 import signal
 import sys
@@ -18,27 +20,29 @@ from annotated_transformer.train import RunLockedError, TrainConfig, TrainingSto
 
 CONFIG = dict(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.1), max_tokens=8000, epochs=2, warmup=20,
               min_freq=2, seed=0, val_bleu_sentences=20)
+CLI_ARGS = ["--N", "1", "--d-model", "32", "--d-ff", "64", "--h", "2", "--dropout", "0.1", "--max-tokens", "8000",
+            "--epochs", "2", "--warmup", "20", "--min-freq", "2", "--seed", "0", "--val-bleu-sentences", "20"]
 
 
-def after_step(n, action):
-    "Patch the optimizer step so that `action()` runs right after step n."
-    real = training._optimizer_step
-    def step(model, optimizer, scheduler, scaler, max_grad_norm, state):
-        real(model, optimizer, scheduler, scaler, max_grad_norm, state)
-        if state.step == n:
+def at_step(n, action):
+    "Patch the batch counter so that `action()` runs during optimizer step n (after its batch, before its update)."
+    real = training.TrainState.add_batch
+    def add_batch(self, batch):
+        real(self, batch)
+        if self.accum_step == n:
             action()
-    training._optimizer_step = step
+    training.TrainState.add_batch = add_batch
 
 
-def die_in_save(n):
-    "Patch the weight writer: the n-th save of last/ is killed after its weights file."
+def in_save_of_last(n, action):
+    "Patch the weight writer: `action()` runs in the n-th save of last/, after its weights file is written."
     real, calls = checkpoint.save_file, []
     def save_file(tensors, filename, *args, **kw):
         real(tensors, filename, *args, **kw)
         if filename.endswith(checkpoint.WEIGHTS_FILE) and "/.last." in filename and ".tmp/" in filename:
             calls.append(filename)
             if len(calls) == n:
-                os.kill(os.getpid(), signal.SIGKILL)
+                action()
     checkpoint.save_file = save_file
 
 
@@ -48,17 +52,32 @@ def hold(out):
         time.sleep(0.05)
 
 
+def send(*signals):
+    def action():
+        for s in signals:
+            os.kill(os.getpid(), s)
+    return action
+
+
 def main(out, mode):
     out = Path(out)
     kind, _, n = mode.partition("@")
-    if kind == "sigterm":
-        after_step(int(n), lambda: os.kill(os.getpid(), signal.SIGTERM))
+    config = dict(CONFIG)
+    if kind == "steps":
+        config["max_steps"] = int(n)
+    elif kind in ("sigterm", "sighup"):
+        at_step(int(n), send(signal.SIGTERM if kind == "sigterm" else signal.SIGHUP))
     elif kind == "kill-in-save":
-        die_in_save(int(n))
+        in_save_of_last(int(n), send(signal.SIGKILL))
     elif kind == "hold":
-        after_step(int(n), lambda: hold(out))
+        at_step(int(n), lambda: hold(out))
+    elif kind == "cli-signals-in-save":
+        from annotated_transformer import cli
+        at_step(int(n), send(signal.SIGTERM))
+        in_save_of_last(1, send(signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGTERM))
+        return cli.main(["train", "--out-dir", str(out), "--device", "cpu", "--threads", "1", *CLI_ARGS])
     try:
-        train(TrainConfig(out_dir=str(out), **CONFIG), device="cpu", progress=True)
+        train(TrainConfig(out_dir=str(out), **config), device="cpu", progress=True)
     except TrainingStopped as e:
         print(e)
         return 3
