@@ -37,7 +37,8 @@ def shell_examples() -> list[str]:
     for block in re.findall(r"```sh\n(.*?)```", EXAMPLES, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
-            if ("annotated-transformer " in line or "annotated_transformer.cli" in line) and not line.startswith("#"):
+            # the command itself, or piped into it (not a `git clone .../annotated-transformer` line)
+            if (re.search(r"(^|\|\s*)annotated-transformer\s", line) or "annotated_transformer.cli" in line) and not line.startswith("#"):
                 commands.append(line)
     return commands
 
