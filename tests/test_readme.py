@@ -44,7 +44,7 @@ def shell_examples() -> list[str]:
 
 
 def runnable() -> list[str]:
-    return [c for c in shell_examples() if not any(k in c for k in SKIP)]
+    return list(dict.fromkeys(c for c in shell_examples() if not any(k in c for k in SKIP)))  # each command once
 
 
 def test_readme_has_examples_and_skips_are_real():
