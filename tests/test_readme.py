@@ -37,13 +37,14 @@ def shell_examples() -> list[str]:
     for block in re.findall(r"```sh\n(.*?)```", EXAMPLES, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
-            if ("annotated-transformer " in line or "annotated_transformer.cli" in line) and not line.startswith("#"):
+            # the command itself, or piped into it (not a `git clone .../annotated-transformer` line)
+            if (re.search(r"(^|\|\s*)annotated-transformer\s", line) or "annotated_transformer.cli" in line) and not line.startswith("#"):
                 commands.append(line)
     return commands
 
 
 def runnable() -> list[str]:
-    return [c for c in shell_examples() if not any(k in c for k in SKIP)]
+    return list(dict.fromkeys(c for c in shell_examples() if not any(k in c for k in SKIP)))  # each command once
 
 
 def test_readme_has_examples_and_skips_are_real():
