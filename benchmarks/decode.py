@@ -25,6 +25,7 @@ import torch
 from annotated_transformer.data import BOS, EOS, PAD, load_multi30k
 from annotated_transformer.decoding import Translator, beam_search, greedy_decode_cached
 from annotated_transformer.training import greedy_decode
+from machine import cpu_name  # benchmarks/machine.py (the scripts run as python benchmarks/NAME.py)
 
 
 def encode_all(translator, sentences):
@@ -71,15 +72,6 @@ def timed(fn):
     return time.perf_counter() - t0, result
 
 
-def cpu_name() -> str:
-    "The processor's model name as the operating system reports it (Linux), else what platform knows."
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def write_json(path: str, data: dict) -> None:

@@ -9,7 +9,6 @@ Usage: python benchmarks/decode_precision.py --data-dir ../shared/data/multi30k 
 """
 import argparse
 import os
-import platform
 import time
 
 import torch
@@ -18,14 +17,9 @@ from annotated_transformer.data import load_multi30k
 from annotated_transformer.decoding import Translator, shipped_model_dir
 from annotated_transformer.evaluation import bleu
 from annotated_transformer.fast import autocast_context, cpu_bf16_native
+from machine import cpu_name  # benchmarks/machine.py (the scripts run as python benchmarks/NAME.py)
 
 
-def cpu_name() -> str:
-    "The processor's model name as Linux reports it, else what platform knows."
-    try:
-        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def main():

@@ -53,6 +53,7 @@ from annotated_transformer.fast import FastLossCompute, autocast_context, make_g
 from annotated_transformer.layers import sinusoid_table
 from annotated_transformer.model import make_model, subsequent_mask
 from annotated_transformer.training import LabelSmoothing, SimpleLossCompute
+from machine import cpu_name  # benchmarks/machine.py (the scripts run as python benchmarks/NAME.py)
 
 SIZES = {"small": dict(N=2, d_model=256, d_ff=1024, h=4), "base": dict(N=6, d_model=512, d_ff=2048, h=8)}
 SRC_VOCAB, TGT_VOCAB, PAD = 8000, 6000, 2
@@ -128,12 +129,6 @@ def build(kind, size, device, precision):
     return step
 
 
-def cpu_name() -> str:
-    "The processor's model name (what a reader needs to compare numbers), or the architecture if unknown."
-    try:
-        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 _libc = ctypes.CDLL("libc.so.6") if platform.system() == "Linux" else None
