@@ -170,8 +170,11 @@ def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
 
 
 def test_site_is_small():
-    total = sum(f.stat().st_size for f in SITE.rglob("*") if f.is_file())
-    assert total < 15e6, f"the site is {total / 1e6:.1f} MB (budget 15 MB)"
+    "Under 15 MB, not counting the shipped model's files that the in-browser translator fetches (the package's own, checked by hash)."
+    model = SITE / "_static" / "live" / "model"
+    assert (model / "model.safetensors").is_file(), "the docs build copies the shipped model for the in-browser translator"
+    total = sum(f.stat().st_size for f in SITE.rglob("*") if f.is_file() and model not in f.parents)
+    assert total < 15e6, f"the site is {total / 1e6:.1f} MB without the model's weights (budget 15 MB)"
 
 
 def test_every_docs_link_of_the_package_resolves():
