@@ -100,7 +100,7 @@ def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, brows
 @pytest.mark.parametrize("name", ["01_attention.html", "api.html"])
 def test_laptop_shows_chapters_and_page_contents_without_a_tap(site_url, browser, screen, name):
     with opened(browser, screen, name, site_url) as page:
-        chapters = page.locator(".bd-sidebar-primary nav a", has_text="Checkpoints").first
+        chapters = page.locator(".bd-sidebar-primary nav a.current").first  # the list scrolls to the page being read
         contents = page.locator(".bd-sidebar-secondary nav a[href^='#']").first
         for what, loc in (("chapter list", chapters), ("page contents", contents)):
             assert loc.is_visible() and on_screen(page, loc), f"{name} at {screen}: the {what} is not visible"
