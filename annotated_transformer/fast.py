@@ -147,7 +147,7 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
 
     @staticmethod
     def _forward_fp32(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size):
-        # x: (tokens, d_model); weight: (V, d_model); bias: (V,); target: (tokens,) with no padding
+        # x: (tokens, d_model); weight: (V, d_model); bias: (V,); target: (tokens,), padding rows weigh 0
         V = weight.size(0)
         const = _xlogx(confidence) + (V - 2) * _xlogx(smoothing_each)  # sum_j t log t per row
         grad_x = torch.empty_like(x)
@@ -157,15 +157,17 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         w32, b32 = weight.float(), bias.float()
         for start in range(0, x.size(0), chunk_size):
             xc, yc = x[start:start + chunk_size].float(), target[start:start + chunk_size]  # (c, d), (c,)
+            real = (yc != padding_idx).float().unsqueeze(1)  # (c, 1): 1 for a real token, 0 for padding
             z = torch.addmm(b32, xc, w32.t())  # logits (c, V)
             lse = z.logsumexp(dim=1, keepdim=True)  # (c, 1)
             gold = z.gather(1, yc.unsqueeze(1)) - lse  # log p(gold), (c, 1)
             others = z.sum(1, keepdim=True) - z[:, padding_idx:padding_idx + 1] - (gold + lse) - (V - 2) * lse
-            loss += (const - confidence * gold - smoothing_each * others).sum()
+            loss += (real * (const - confidence * gold - smoothing_each * others)).sum()
             g = z.sub_(lse).exp_()  # p, reusing the logits' memory: (c, V)
             g.sub_(smoothing_each)  # p - e everywhere ...
             g[:, padding_idx] += smoothing_each  # ... except padding, whose target is 0
             g.scatter_add_(1, yc.unsqueeze(1), g.new_full((len(yc), 1), smoothing_each - confidence))  # gold: p - c
+            g.mul_(real)  # padding rows: no loss, no gradient
             grad_x[start:start + chunk_size] = (g @ w32).to(x.dtype)
             grad_w.addmm_(g.t(), xc)
             grad_b += g.sum(0)
@@ -178,9 +180,9 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         return grad_x * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None, None
 
 def fused_label_smoothing_loss(
-    x: torch.Tensor,  # (tokens, d_model) decoder states of non-pad target positions
+    x: torch.Tensor,  # (tokens, d_model) decoder states
     generator: nn.Module,  # a `Generator` (its `proj` linear layer is used)
-    target: torch.Tensor,  # (tokens,) gold ids, none equal to the padding id
+    target: torch.Tensor,  # (tokens,) gold ids; rows whose id is the padding id add nothing
     criterion: LabelSmoothing,  # supplies V, padding id and smoothing
     chunk_size: int = 1024,  # tokens per chunk; memory ~ chunk_size x V
 ) -> torch.Tensor:  # scalar: the same value as criterion(generator(x), target)
@@ -195,21 +197,19 @@ def fused_label_smoothing_loss(
 class FusedGenerator(Generator):
     "A `Generator` that can also compute the label-smoothed loss fused with its projection."
     def loss(self,
-             x: torch.Tensor,  # (tokens, d_model) decoder states of non-pad target positions
+             x: torch.Tensor,  # (tokens, d_model) decoder states
              target: torch.Tensor,  # (tokens,) gold ids
              criterion: LabelSmoothing,  # supplies V, padding id and smoothing
              ) -> torch.Tensor:  # scalar: criterion(self(x), target)
         return fused_label_smoothing_loss(x, self, target, criterion)
 
 class FastLossCompute(SimpleLossCompute):
-    "`SimpleLossCompute` on the non-pad positions only, with the generator's fused loss when it has one."
+    "`SimpleLossCompute` with the generator's fused loss when it has one."
     def __call__(self,
                  x: torch.Tensor,  # decoder output (batch, tgt_len, d_model)
                  y: torch.Tensor,  # gold ids (batch, tgt_len)
                  norm: float):  # normaliser, usually the number of non-pad target tokens
         x, y = x.reshape(-1, x.size(-1)), y.reshape(-1)  # (positions, d_model), (positions,)
-        keep = y != self.criterion.padding_idx
-        x, y = x[keep], y[keep]  # padding contributes nothing: drop it before the widest tensors exist
         if isinstance(self.generator, FusedGenerator) and isinstance(self.criterion, LabelSmoothing):
             sloss = self.generator.loss(x, y, self.criterion) / norm
         else:
