@@ -150,13 +150,13 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         # x: (tokens, d_model); weight: (V, d_model); bias: (V,); target: (tokens,), padding rows weigh 0
         V = weight.size(0)
         const = _xlogx(confidence) + (V - 2) * _xlogx(smoothing_each)  # sum_j t log t per row
-        grad_x = torch.empty_like(x)
+        grad_x = []  # per chunk, (c, d_model)
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         grad_b = torch.zeros(V, dtype=torch.float32, device=weight.device)
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
         w32, b32 = weight.float(), bias.float()
-        for start in range(0, x.size(0), chunk_size):
-            xc, yc = x[start:start + chunk_size].float(), target[start:start + chunk_size]  # (c, d), (c,)
+        for xc, yc in zip(x.split(chunk_size), target.split(chunk_size)):  # (c, d), (c,): c <= chunk_size
+            xc = xc.float()
             real = (yc != padding_idx).float().unsqueeze(1)  # (c, 1): 1 for a real token, 0 for padding
             z = torch.addmm(b32, xc, w32.t())  # logits (c, V)
             lse = z.logsumexp(dim=1, keepdim=True)  # (c, 1)
@@ -168,10 +168,10 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
             g[:, padding_idx] += smoothing_each  # ... except padding, whose target is 0
             g.scatter_add_(1, yc.unsqueeze(1), g.new_full((len(yc), 1), smoothing_each - confidence))  # gold: p - c
             g.mul_(real)  # padding rows: no loss, no gradient
-            grad_x[start:start + chunk_size] = (g @ w32).to(x.dtype)
+            grad_x.append((g @ w32).to(x.dtype))
             grad_w.addmm_(g.t(), xc)
             grad_b += g.sum(0)
-        ctx.save_for_backward(grad_x, grad_w.to(weight.dtype), grad_b.to(bias.dtype))
+        ctx.save_for_backward(torch.cat(grad_x), grad_w.to(weight.dtype), grad_b.to(bias.dtype))
         return loss
 
     @staticmethod

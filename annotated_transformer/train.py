@@ -246,14 +246,21 @@ class _FiniteLoss:
     "The training loss, with a stop at the first micro-batch whose loss is not a finite number."
     def __init__(self, loss_compute, state: TrainState, epoch: int):
         self.loss_compute, self.state, self.epoch = loss_compute, state, epoch
+        self.previous = None  # (loss, step) of the micro-batch before, not yet read
 
     def __call__(self, out, tgt_y, norm):
         loss, loss_node = self.loss_compute(out, tgt_y, norm)
-        if not torch.isfinite(loss).item():  # reading it waits for the device: the price of stopping at once
-            raise TrainingDiverged(f"the training loss is {float(loss)} at step {self.state.step + 1} (epoch "
+        self.check()  # the micro-batch before: a GPU has computed its loss by now, so reading it does not wait
+        self.previous = (loss.detach(), self.state.step + 1)
+        return loss, loss_node
+
+    def check(self):
+        "Raise `TrainingDiverged` if the last loss not yet read is not finite (call it once more after the epoch)."
+        if self.previous is not None and not torch.isfinite(self.previous[0]).item():
+            raise TrainingDiverged(f"the training loss is {float(self.previous[0])} at step {self.previous[1]} (epoch "
                                    f"{self.epoch + 1}): the run diverged and stopped without saving this epoch; try a "
                                    "smaller --factor, a longer --warmup or --max-grad-norm 1")
-        return loss, loss_node
+        self.previous = None
 
 def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
     "The data and vocabularies: a resumed run reuses the vocabularies it was started with."
@@ -325,11 +332,13 @@ def train(cfg: TrainConfig,  # the run's settings
             train_batches = itertools.islice(batches(train_pairs, sampler), done_before, None)
             if cfg.max_steps is not None:  # stop at max_steps optimizer steps (smoke tests)
                 train_batches = itertools.islice(train_batches, (cfg.max_steps - state.step) * cfg.accum_iter)
-            train_loss, state = train_epoch(train_batches, step_model, _FiniteLoss(loss_compute, state, epoch), optimizer, scheduler,
+            finite_loss = _FiniteLoss(loss_compute, state, epoch)
+            train_loss, state = train_epoch(train_batches, step_model, finite_loss, optimizer, scheduler,
                                             accum_iter=cfg.accum_iter, train_state=state, max_grad_norm=cfg.max_grad_norm,
                                             precision=cfg.precision, progress=talk, total=len(sampler),
                                             desc=f"epoch {epoch + 1}/{cfg.epochs}", loss_norm=global_token_norm(info),
                                             stop=stop)
+            finite_loss.check()  # the epoch's last micro-batch
             batches_done = done_before + state.accum_step - batches_before
             partial = batches_done < len(sampler)  # max_steps ended the epoch early: a longer run goes on inside it
             extra_config = {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg),

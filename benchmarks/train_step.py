@@ -5,14 +5,16 @@ One training step = forward + label-smoothed loss + backward + Adam step, on bat
 --batch-sizes) sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
 
 * (a) fast:     the package as shipped (SDPA attention, output layer fused with the label-smoothed loss,
-                LayerNorm and ReLU+dropout with hand-written backward passes, padding positions
-                skipped in the loss), in --precision (default 'auto': bf16 on a GPU that has it, fp32 on the CPU)
+                LayerNorm and ReLU+dropout with hand-written backward passes), in --precision (default
+                'auto', as training uses it: bf16 on a GPU that has it and on a CPU with bf16 matrix units
+                (AMX, AVX512-BF16), else fp16 on older GPUs and fp32 on other CPUs)
 * (b) explicit: the teaching path in fp32 (attention weights materialised and kept, target distribution
                 built, LayerNorm as the formula is written, plain ReLU + nn.Dropout): the same arithmetic
-                as The Annotated Transformer's code
+                as The Annotated Transformer's 2022 code (05_training reproduces that code's losses seed for seed)
 * (c) torch:    torch.nn.Transformer (pre-norm, batch_first) + F.cross_entropy(label_smoothing=0.1),
                 in the same precision as (a)
-* (d) fast+compile (only with --compile): (a) under torch.compile
+* (d) fast+compile (only with --compile): (a) with its forward pass and loss compiled as one graph by
+                torch.compile (dynamic shapes, default inductor backend); backward and Adam as in (a)
 
 On a GPU the timings wait for the GPU (torch.cuda.synchronize) and the memory is the peak of
 torch.cuda.max_memory_allocated during a step above the memory allocated before it.
@@ -43,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +82,7 @@ class TorchTransformer(nn.Module):
         self.src_emb, self.tgt_emb = nn.Embedding(SRC_VOCAB, d_model), nn.Embedding(TGT_VOCAB, d_model)
         self.register_buffer("pe", sinusoid_table(512, d_model))
         self.drop = nn.Dropout(dropout)
+        warnings.filterwarnings("ignore", message="enable_nested_tensor")  # nested tensors are for inference only
         self.core = nn.Transformer(d_model, h, N, N, d_ff, dropout, batch_first=True, norm_first=True)
         self.proj = nn.Linear(d_model, TGT_VOCAB)
 
@@ -110,9 +114,10 @@ def build(kind, size, device, precision):
         else:  # the toolkit's fast layers, closed-form and fused loss, padding skipped
             speed_up(model)
             crit = FastLossCompute(model.generator, speed_up(LabelSmoothing(TGT_VOCAB, PAD, 0.1)))
-        forward = torch.compile(model) if kind == "fast+compile" else model
         def step_loss(b):
-            return crit(forward(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
+            return crit(model(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
+        if kind == "fast+compile":  # forward pass and loss in one graph (06_fast checks there is no break)
+            step_loss = torch.compile(step_loss, fullgraph=True, dynamic=True)
     model.to(device).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     scaler = make_grad_scaler(device, precision)
