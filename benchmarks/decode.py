@@ -117,18 +117,18 @@ def main():
             t_cached, greedy_cached = timed(lambda: greedy(bs))
             t_beam, _ = timed(lambda: beam(bs))
             rows += [(f"batched cached greedy (batch {bs})", t_cached), (f"batched cached beam 4 (batch {bs})", t_beam)]
-            print(f"batch {bs}: beam 4 / batched greedy time: {t_beam / t_cached:.2f}x")
+            print(f"\nbatch {bs}: beam 4 / batched greedy time: {t_beam / t_cached:.2f}x")
         if not args.skip_baseline:
             t_base, baseline = timed(lambda: per_sentence_uncached(model, encoded))
             rows.insert(0, ("per-sentence uncached greedy", t_base))
-    print("| decoder | seconds | sentences/s |\n| --- | ---: | ---: |")
+    print("\n| decoder | seconds | sentences/s |\n| --- | ---: | ---: |")
     for name, t in rows:
         print(f"| {name} | {t:.1f} | {len(encoded) / t:.1f} |")
     if not args.skip_baseline:
         same = sum(strip(a) == strip(b) for a, b in zip(baseline, greedy_cached))
-        print(f"speed-up of batched cached greedy (batch {args.batch_sizes[-1]}) over the per-sentence uncached loop: "
+        print(f"\nspeed-up of batched cached greedy (batch {args.batch_sizes[-1]}) over the per-sentence uncached loop: "
               f"{t_base / t_cached:.1f}x")
-        print(f"identical greedy outputs: {same}/{len(encoded)}")
+        print(f"\nidentical greedy outputs: {same}/{len(encoded)}")
     if args.json:
         write_json(args.json, {
             "device": where, "torch": torch.__version__, "checkpoint": Path(args.checkpoint).name,

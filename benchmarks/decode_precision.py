@@ -34,7 +34,7 @@ def main():
     translator = Translator.from_checkpoint(shipped_model_dir(), "cpu")
     print(f"torch {torch.__version__}, {cpu_name()} ({os.cpu_count()} cores, {args.threads} threads), "
           f"native bf16 matrix units: {'yes' if cpu_bf16_native() else 'no'}; {len(sources)} sentences")
-    print("| decoding | precision | BLEU | seconds |\n| --- | --- | ---: | ---: |")
+    print("\n| decoding | precision | BLEU | seconds |\n| --- | --- | ---: | ---: |")
     for beam in (1, 4):
         for precision in ("fp32", "bf16"):
             with autocast_context("cpu", precision):

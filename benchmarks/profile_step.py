@@ -79,7 +79,7 @@ def main():
         totals = profile_model(size, args.steps, precision)
         whole = sum(totals.values())
         print(f"\n{size} model {SIZES[size]}: {whole:.0f} ms of operator time per step")
-        print("| where | ms per step | share |\n| --- | ---: | ---: |")
+        print("\n| where | ms per step | share |\n| --- | ---: | ---: |")
         for g, ms in sorted(totals.items(), key=lambda kv: -kv[1]):
             print(f"| {g} | {ms:.0f} | {ms / whole:.0%} |")
 

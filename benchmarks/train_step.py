@@ -228,10 +228,10 @@ def main():
         tok_s = {k: 1 / v[0] for k, v in results[run].items()}
         mem = memory[run]
         print(f"\n{run[0]} model {SIZES[run[0]]}, {run[1]} sentence pairs per batch")
-        print("| implementation | target tokens/s | peak step memory (MB) |\n| --- | ---: | ---: |")
+        print("\n| implementation | target tokens/s | peak step memory (MB) |\n| --- | ---: | ---: |")
         for k in tok_s:
             print(f"| {k} | {tok_s[k]:.0f} | {mem[k]:.0f} |")
-        print(f"ratios: speed fast/explicit {tok_s['fast'] / tok_s['explicit']:.2f}x, "
+        print(f"\nratios: speed fast/explicit {tok_s['fast'] / tok_s['explicit']:.2f}x, "
               f"fast/torch {tok_s['fast'] / tok_s['torch']:.2f}x; "
               f"memory fast/explicit {mem['fast'] / mem['explicit']:.2f}x, fast/torch {mem['fast'] / mem['torch']:.2f}x"
               + (f"; fast+compile/torch {tok_s['fast+compile'] / tok_s['torch']:.2f}x" if args.compile else ""))

@@ -1,6 +1,9 @@
 """Run by tests/test_train_faults.py: one small Multi30k training run, with a fault injected on request.
 
-    python tests/train_worker.py OUT_DIR MODE
+    TRAIN_WORKER_CORPUS=DIR python tests/train_worker.py OUT_DIR MODE
+
+DIR holds a small corpus ({train,val,test}.{de,en}: a slice of Multi30k, written by tests/test_train_faults.py), so
+that an epoch of 66 batches takes seconds.
 
 MODE: `full` trains normally; `steps@N` trains with max_steps=N; `sigterm@N` (or `sighup@N`) sends itself the
 signal during optimizer step N; `kill-in-save@N` dies (SIGKILL) in the middle of the N-th save of last/, after its
@@ -18,10 +21,12 @@ from annotated_transformer import checkpoint, training
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.train import RunLockedError, TrainConfig, TrainingStopped, train
 
-CONFIG = dict(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.1), max_tokens=8000, epochs=2, warmup=20,
-              min_freq=2, seed=0, val_bleu_sentences=20)
-CLI_ARGS = ["--N", "1", "--d-model", "32", "--d-ff", "64", "--h", "2", "--dropout", "0.1", "--max-tokens", "8000",
-            "--epochs", "2", "--warmup", "20", "--min-freq", "2", "--seed", "0", "--val-bleu-sentences", "20"]
+CORPUS = os.environ["TRAIN_WORKER_CORPUS"]
+CONFIG = dict(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.1), corpus_dir=CORPUS, subwords=1000,
+              max_tokens=1200, epochs=2, warmup=20, min_freq=2, seed=0, val_bleu_sentences=20)
+CLI_ARGS = ["--N", "1", "--d-model", "32", "--d-ff", "64", "--h", "2", "--dropout", "0.1", "--corpus-dir", CORPUS,
+            "--subwords", "1000", "--max-tokens", "1200", "--epochs", "2", "--warmup", "20", "--min-freq", "2",
+            "--seed", "0", "--val-bleu-sentences", "20"]
 
 
 def at_step(n, action):
