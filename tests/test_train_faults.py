@@ -31,10 +31,13 @@ def corpus(tmp_path_factory, multi30k):
     return CORPUS
 
 
+def worker_env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "TRAIN_WORKER_CORPUS": str(CORPUS)}
+
+
 def run(out, mode, **kw):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "TRAIN_WORKER_CORPUS": str(CORPUS)}
     return subprocess.run([sys.executable, str(WORKER), str(out), mode], capture_output=True, text=True,
-                          timeout=600, env=env, **kw)
+                          timeout=600, env=worker_env(), **kw)
 
 
 def weights(folder):
@@ -74,9 +77,7 @@ def test_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one(tm
 
 def test_two_runs_on_one_folder(tmp_path, multi30k):
     first = subprocess.Popen([sys.executable, str(WORKER), str(tmp_path), "hold@5"], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1",
-                                  "TRAIN_WORKER_CORPUS": str(CORPUS)})
+                             stderr=subprocess.STDOUT, text=True, env=worker_env())
     try:
         deadline = time.monotonic() + 300
         while not (tmp_path / "ready").exists():  # wait until the first run is training

@@ -1,8 +1,8 @@
 """Does bf16 train as well as fp32? The shipped model's recipe, trained again under bf16 autocast, against its fp32 run.
 
 The shipped model's run (the recipe, seed 0, precision fp32) logged every epoch's validation loss and greedy BLEU
-in its results.json. This script trains the same recipe with the same seed under CPU bf16 autocast (`--precision
-bf16`; on a CPU with bf16 matrix units, AMX or AVX512-BF16, that is also what `--precision auto` picks) and puts
+in its results.json. This script trains the same recipe (`RECIPE`) with the same seed under CPU bf16 autocast (`precision="bf16"`; on
+a CPU with bf16 matrix units, AMX or AVX512-BF16, that is also what `precision="auto"` picks) and puts
 both logs, epoch by epoch, into annotated_transformer/pretrained/precision.json, which the trained-model chapter
 reads. The learning-rate schedule depends on the step only, so epoch k of both runs saw the same batches in the
 same order at the same learning rate: the two columns differ by the precision (and by the machine's kernels).
@@ -12,42 +12,40 @@ same order at the same learning rate: the two columns differ by the precision (a
 """
 import argparse
 import json
-import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import torch
 
 from ablation import history  # tools/ablation.py: a run's history.jsonl as a list of records
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from annotated_transformer.decoding import Translator  # noqa: E402 (the package of this checkout)
+from annotated_transformer.evaluation import average_checkpoints, evaluate_translator, last_checkpoints  # noqa: E402
+from annotated_transformer.fast import cpu_bf16_native  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, RECIPE, hardware  # noqa: E402
+from annotated_transformer.train import train  # noqa: E402
+
 FOLDER = "bf16-recipe"
-EPOCHS = 14  # the recipe's length
-# the recipe (annotated_transformer.pretrained.RECIPE) as command-line options, and the precision under test
-OPTIONS = ["--epochs", str(EPOCHS), "--warmup", "800", "--subwords", "8000", "--max-tokens", "2500", "--min-freq", "2",
-           "--N", "3", "--d-model", "256", "--d-ff", "1024", "--h", "8", "--dropout", "0.1", "--smoothing", "0.1",
-           "--seed", "0", "--precision", "bf16"]
 
 
 def collect(runs_dir: Path) -> dict:
     "Both runs' per-epoch validation loss and BLEU, over the epochs both have finished."
-    sys.path.insert(0, str(ROOT))
-    import torch
-    from annotated_transformer.fast import cpu_bf16_native
-    from annotated_transformer.pretrained import hardware
     shipped = json.loads((ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en" / "results.json").read_text())
     fp32 = [r for r in shipped["history"] if not r.get("partial")]
     bf16 = [r for r in history(runs_dir / FOLDER) if not r.get("partial")]
     if not bf16:
         raise SystemExit(f"{runs_dir / FOLDER} has no finished epoch: run `python tools/precision_run.py run` first")
     keep = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
-    averaged = None  # the shipped model is an average of the last 5 epochs: the bf16 run's average, scored the same way
-    if len(bf16) >= EPOCHS:
-        from annotated_transformer.evaluation import average_checkpoints, evaluate_translator, last_checkpoints
-        from annotated_transformer.decoding import Translator
-        run = runs_dir / FOLDER
-        folder = run / "avg5" if (run / "avg5" / "model.safetensors").exists() else \
-            average_checkpoints(last_checkpoints(run, 5), run / "avg5")
+    averaged = None  # the shipped model's candidate averaged over the last epochs: the bf16 run's, scored the same way
+    if len(bf16) >= RECIPE.epochs:
+        run, name = runs_dir / FOLDER, f"avg{AVERAGE_LAST}"
+        folder = run / name if (run / name / "model.safetensors").exists() else \
+            average_checkpoints(last_checkpoints(run, AVERAGE_LAST), run / name)
         averaged = {"bf16": round(evaluate_translator(Translator.from_checkpoint(folder, "cpu"), "val", beam_size=1)["bleu"], 2),
-                    "fp32": shipped["candidates_val_bleu_greedy"]["average of the last 5 epochs"]}
+                    "fp32": shipped["candidates_val_bleu_greedy"][f"average of the last {AVERAGE_LAST} epochs"]}
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
             "fp32": {"precision": "fp32", "hardware": shipped["hardware"],
                      "torch": shipped["torch"], "history": [{k: r[k] for k in keep} for r in fp32]},
@@ -68,7 +66,7 @@ def main() -> None:
         tmp.replace(args.out)
         print(f"wrote {args.out}")
     else:
-        subprocess.run(["annotated-transformer", "train", "--out-dir", str(args.runs_dir / FOLDER), *OPTIONS], check=True)
+        train(replace(RECIPE, out_dir=str(args.runs_dir / FOLDER), precision="bf16"))
 
 
 if __name__ == "__main__":
