@@ -1,0 +1,109 @@
+"""Pre-norm or post-norm? The shipped model's recipe with each layer-norm placement, the warmup chosen for each on val.
+
+Every run is the recipe (`RECIPE`: N=3, d_model=256, 2,500 tokens per batch, label smoothing 0.1, seed 0) under
+CPU bf16 autocast, and differs from it in the placement of the layer norm (`pre_norm`) and the number of warmup
+steps. Each placement tries every warmup of WARMUPS; the runs are compared after the same BUDGET epochs by greedy
+BLEU on the validation split, which chooses the warmup of each placement. The chosen run of each placement then
+goes on to the recipe's epochs. The learning-rate schedule depends on the step only, so the first BUDGET epochs of
+a longer run are a run of BUDGET epochs.
+
+The pre-norm run with the recipe's own warmup is the recipe's bf16 run of the precision experiment
+(tools/precision_run.py, read from annotated_transformer/pretrained/precision.json): it is not trained again.
+
+    python tools/norm_placement.py run --runs-dir runs/norm      # trains what is missing (resumes after a stop)
+    python tools/norm_placement.py collect --runs-dir runs/norm  # writes annotated_transformer/pretrained/norm_placement.json
+"""
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from ablation import history  # tools/ablation.py: a run's history.jsonl as a list of records
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from annotated_transformer.fast import cpu_bf16_native  # noqa: E402 (the package of this checkout)
+from annotated_transformer.pretrained import RECIPE, hardware  # noqa: E402
+from annotated_transformer.train import train  # noqa: E402
+
+BUDGET = 8  # epochs every (placement, warmup) gets before the warmups are compared
+WARMUPS = (800, 1600)  # the recipe's warmup and twice as long (a peak learning rate 1/sqrt(2) as high)
+PLACEMENTS = {"post-norm": False, "pre-norm": True}  # name -> ModelConfig.pre_norm (the paper's first)
+PRECISION_JSON = ROOT / "annotated_transformer" / "pretrained" / "precision.json"
+KEEP = ("epoch", "train_loss", "val_loss", "val_bleu")
+
+
+def folder(placement: str, warmup: int) -> str:
+    return f"{placement}-warmup{warmup}"
+
+
+def config(runs_dir: Path, placement: str, warmup: int, epochs: int):
+    "The recipe with this placement and warmup, in bf16, for `epochs` epochs."
+    return replace(RECIPE, out_dir=str(runs_dir / folder(placement, warmup)), precision="bf16", warmup=warmup,
+                   epochs=epochs, model=replace(RECIPE.model, pre_norm=PLACEMENTS[placement]))
+
+
+def records(runs_dir: Path, placement: str, warmup: int) -> list[dict]:
+    "A run's finished epochs (the recipe's own run comes from the precision experiment)."
+    if PLACEMENTS[placement] == RECIPE.model.pre_norm and warmup == RECIPE.warmup:
+        return json.loads(PRECISION_JSON.read_text())["bf16"]["history"]
+    return [r for r in history(runs_dir / folder(placement, warmup)) if not r.get("partial")]
+
+
+def chosen(runs_dir: Path) -> dict[str, int]:
+    "Each placement's warmup with the best validation BLEU at the budget (of those that reached it)."
+    best = {}
+    for placement in PLACEMENTS:
+        at_budget = {w: rs[BUDGET - 1]["val_bleu"] for w in WARMUPS if len(rs := records(runs_dir, placement, w)) >= BUDGET}
+        if at_budget:
+            best[placement] = max(at_budget, key=at_budget.get)
+    return best
+
+
+def run(runs_dir: Path) -> None:
+    "Every (placement, warmup) to the budget, then each placement's chosen warmup to the recipe's epochs."
+    for placement in PLACEMENTS:
+        for warmup in WARMUPS:
+            if len(records(runs_dir, placement, warmup)) < BUDGET:
+                train(config(runs_dir, placement, warmup, BUDGET))
+    for placement, warmup in chosen(runs_dir).items():
+        if len(records(runs_dir, placement, warmup)) < RECIPE.epochs:
+            train(config(runs_dir, placement, warmup, RECIPE.epochs))
+
+
+def collect(runs_dir: Path) -> dict:
+    "The table at the budget and each placement's chosen run over every epoch it finished."
+    rows = []
+    for placement in PLACEMENTS:
+        for warmup in WARMUPS:
+            rs = records(runs_dir, placement, warmup)
+            if len(rs) < BUDGET:
+                raise SystemExit(f"{placement} with warmup {warmup} has {len(rs)} epochs, fewer than the budget of "
+                                 f"{BUDGET}: run `python tools/norm_placement.py run` first")
+            rows.append({"placement": placement, "warmup": warmup, "history": [{k: r[k] for k in KEEP} for r in rs]})
+    return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
+            "budget_epochs": BUDGET, "recipe_epochs": RECIPE.epochs, "warmups": list(WARMUPS), "chosen_warmup": chosen(runs_dir),
+            "precision": "bf16 autocast", "hardware": hardware(), "torch": torch.__version__, "native_bf16": cpu_bf16_native(),
+            "runs": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("run", "collect"))
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/norm"))
+    parser.add_argument("--out", type=Path, default=ROOT / "annotated_transformer" / "pretrained" / "norm_placement.json")
+    args = parser.parse_args()
+    if args.action == "collect":
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(collect(args.runs_dir), indent=1) + "\n")
+        tmp.replace(args.out)
+        print(f"wrote {args.out}")
+    else:
+        run(args.runs_dir)
+
+
+if __name__ == "__main__":
+    main()
