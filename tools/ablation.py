@@ -44,6 +44,14 @@ def history(run: Path) -> list[dict]:
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
 
 
+def write_json(path: Path, data: dict) -> None:
+    "Write `data` to `path` as indented JSON, atomically: a stop in the middle leaves the previous file."
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}")
+
+
 def collect(runs_dir: Path) -> dict:
     "The table: each configuration at the budget, and the full-length runs' best and last epochs."
     sys.path.insert(0, str(ROOT))
@@ -75,8 +83,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "annotated_transformer" / "pretrained" / "ablation.json")
     args = parser.parse_args()
     if args.action == "collect":
-        args.out.write_text(json.dumps(collect(args.runs_dir), indent=1) + "\n")
-        print(f"wrote {args.out}")
+        write_json(args.out, collect(args.runs_dir))
         return
     for folder, _, _, _, epochs, options in ROWS:
         cmd = command(args.runs_dir, folder, epochs, options)

@@ -4,7 +4,8 @@ Every run is the recipe (`RECIPE`: N=3, d_model=256, 2,500 tokens per batch, lab
 CPU bf16 autocast, and differs from it in the placement of the layer norm (`pre_norm`) and the number of warmup
 steps. Each placement tries every warmup of WARMUPS; the runs are compared after the same BUDGET epochs by greedy
 BLEU on the validation split, which chooses the warmup of each placement. The chosen run of each placement then
-goes on to the recipe's epochs. The learning-rate schedule depends on the step only, so the first BUDGET epochs of
+goes on to the recipe's epochs, and the average of its last AVERAGE_LAST epoch checkpoints is scored as the shipped
+model's candidates are. The learning-rate schedule depends on the step only, so the first BUDGET epochs of
 a longer run are a run of BUDGET epochs.
 
 The pre-norm run with the recipe's own warmup is the recipe's bf16 run of the precision experiment
@@ -21,13 +22,14 @@ from pathlib import Path
 
 import torch
 
-from ablation import history  # tools/ablation.py: a run's history.jsonl as a list of records
+from ablation import history, write_json  # tools/ablation.py: a run's history.jsonl as records; atomic JSON
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.fast import cpu_bf16_native  # noqa: E402 (the package of this checkout)
-from annotated_transformer.pretrained import RECIPE, hardware  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, RECIPE, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
+from precision_run import averaged_val_bleu  # noqa: E402 (tools/precision_run.py)
 
 BUDGET = 8  # epochs every (placement, warmup) gets before the warmups are compared
 WARMUPS = (800, 1600)  # the recipe's warmup and twice as long (a peak learning rate 1/sqrt(2) as high)
@@ -84,8 +86,15 @@ def collect(runs_dir: Path) -> dict:
                 raise SystemExit(f"{placement} with warmup {warmup} has {len(rs)} epochs, fewer than the budget of "
                                  f"{BUDGET}: run `python tools/norm_placement.py run` first")
             rows.append({"placement": placement, "warmup": warmup, "history": [{k: r[k] for k in KEEP} for r in rs]})
+    averaged = {}  # each chosen run that reached the recipe's length: its last epochs' weights averaged, scored on val
+    for placement, warmup in chosen(runs_dir).items():
+        if len(records(runs_dir, placement, warmup)) >= RECIPE.epochs:
+            recipe_run = PLACEMENTS[placement] == RECIPE.model.pre_norm and warmup == RECIPE.warmup
+            averaged[placement] = json.loads(PRECISION_JSON.read_text())["average_of_last_5_val_bleu"]["bf16"] if recipe_run \
+                else averaged_val_bleu(runs_dir / folder(placement, warmup))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
             "budget_epochs": BUDGET, "recipe_epochs": RECIPE.epochs, "warmups": list(WARMUPS), "chosen_warmup": chosen(runs_dir),
+            f"average_of_last_{AVERAGE_LAST}_val_bleu": averaged,
             "precision": "bf16 autocast", "hardware": hardware(), "torch": torch.__version__, "native_bf16": cpu_bf16_native(),
             "runs": rows}
 
@@ -97,10 +106,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "annotated_transformer" / "pretrained" / "norm_placement.json")
     args = parser.parse_args()
     if args.action == "collect":
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(collect(args.runs_dir), indent=1) + "\n")
-        tmp.replace(args.out)
-        print(f"wrote {args.out}")
+        write_json(args.out, collect(args.runs_dir))
     else:
         run(args.runs_dir)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ablation import history  # tools/ablation.py: a run's history.jsonl as a list of records
+from ablation import history, write_json  # tools/ablation.py: a run's history.jsonl as records; atomic JSON
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,6 +31,14 @@ from annotated_transformer.train import train  # noqa: E402
 FOLDER = "bf16-recipe"
 
 
+def averaged_val_bleu(run: Path) -> float:
+    "Greedy val BLEU of a run's last AVERAGE_LAST epoch checkpoints averaged, as the shipped model's candidates are scored."
+    name = f"avg{AVERAGE_LAST}"
+    folder = run / name if (run / name / "model.safetensors").exists() else \
+        average_checkpoints(last_checkpoints(run, AVERAGE_LAST), run / name)
+    return round(evaluate_translator(Translator.from_checkpoint(folder, "cpu"), "val", beam_size=1)["bleu"], 2)
+
+
 def collect(runs_dir: Path) -> dict:
     "Both runs' per-epoch validation loss and BLEU, over the epochs both have finished."
     shipped = json.loads((ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en" / "results.json").read_text())
@@ -41,10 +49,7 @@ def collect(runs_dir: Path) -> dict:
     keep = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
     averaged = None  # the shipped model's candidate averaged over the last epochs: the bf16 run's, scored the same way
     if len(bf16) >= RECIPE.epochs:
-        run, name = runs_dir / FOLDER, f"avg{AVERAGE_LAST}"
-        folder = run / name if (run / name / "model.safetensors").exists() else \
-            average_checkpoints(last_checkpoints(run, AVERAGE_LAST), run / name)
-        averaged = {"bf16": round(evaluate_translator(Translator.from_checkpoint(folder, "cpu"), "val", beam_size=1)["bleu"], 2),
+        averaged = {"bf16": averaged_val_bleu(runs_dir / FOLDER),
                     "fp32": shipped["candidates_val_bleu_greedy"][f"average of the last {AVERAGE_LAST} epochs"]}
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
             "fp32": {"precision": "fp32", "hardware": shipped["hardware"],
@@ -61,10 +66,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "annotated_transformer" / "pretrained" / "precision.json")
     args = parser.parse_args()
     if args.action == "collect":
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(collect(args.runs_dir), indent=1) + "\n")
-        tmp.replace(args.out)
-        print(f"wrote {args.out}")
+        write_json(args.out, collect(args.runs_dir))
     else:
         train(replace(RECIPE, out_dir=str(args.runs_dir / FOLDER), precision="bf16"))
 
