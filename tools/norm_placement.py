@@ -48,9 +48,14 @@ def config(runs_dir: Path, placement: str, warmup: int, epochs: int):
                    epochs=epochs, model=replace(RECIPE.model, pre_norm=PLACEMENTS[placement]))
 
 
+def is_recipe(placement: str, warmup: int) -> bool:
+    "Whether this is the recipe itself, whose bf16 run the precision experiment made (read from precision.json)."
+    return PLACEMENTS[placement] == RECIPE.model.pre_norm and warmup == RECIPE.warmup
+
+
 def records(runs_dir: Path, placement: str, warmup: int) -> list[dict]:
     "A run's finished epochs (the recipe's own run comes from the precision experiment)."
-    if PLACEMENTS[placement] == RECIPE.model.pre_norm and warmup == RECIPE.warmup:
+    if is_recipe(placement, warmup):
         return json.loads(PRECISION_JSON.read_text())["bf16"]["history"]
     return [r for r in history(runs_dir / folder(placement, warmup)) if not r.get("partial")]
 
@@ -86,14 +91,13 @@ def collect(runs_dir: Path) -> dict:
                 raise SystemExit(f"{placement} with warmup {warmup} has {len(rs)} epochs, fewer than the budget of "
                                  f"{BUDGET}: run `python tools/norm_placement.py run` first")
             rows.append({"placement": placement, "warmup": warmup, "history": [{k: r[k] for k in KEEP} for r in rs]})
-    averaged = {}  # each chosen run that reached the recipe's length: its last epochs' weights averaged, scored on val
-    for placement, warmup in chosen(runs_dir).items():
+    picked, averaged = chosen(runs_dir), {}  # averaged: each chosen run that reached the recipe's length, its last
+    for placement, warmup in picked.items():  # epochs' weights averaged and scored on val
         if len(records(runs_dir, placement, warmup)) >= RECIPE.epochs:
-            recipe_run = PLACEMENTS[placement] == RECIPE.model.pre_norm and warmup == RECIPE.warmup
-            averaged[placement] = json.loads(PRECISION_JSON.read_text())["average_of_last_5_val_bleu"]["bf16"] if recipe_run \
-                else averaged_val_bleu(runs_dir / folder(placement, warmup))
+            averaged[placement] = json.loads(PRECISION_JSON.read_text())["average_of_last_5_val_bleu"]["bf16"] \
+                if is_recipe(placement, warmup) else averaged_val_bleu(runs_dir / folder(placement, warmup))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
-            "budget_epochs": BUDGET, "recipe_epochs": RECIPE.epochs, "warmups": list(WARMUPS), "chosen_warmup": chosen(runs_dir),
+            "budget_epochs": BUDGET, "recipe_epochs": RECIPE.epochs, "warmups": list(WARMUPS), "chosen_warmup": picked,
             f"average_of_last_{AVERAGE_LAST}_val_bleu": averaged,
             "precision": "bf16 autocast", "hardware": hardware(), "torch": torch.__version__, "native_bf16": cpu_bf16_native(),
             "runs": rows}
