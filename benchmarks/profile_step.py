@@ -25,6 +25,7 @@ GROUPS = [  # (group, substrings of operator / autograd node names), first match
     ("output layer + label-smoothed loss (fused)", ("_FusedProjectionLabelSmoothing",)),
     ("layer norm (forward and backward)", ("_LayerNormFunction",)),
     ("feed-forward ReLU + dropout", ("_ReluDropout",)),
+    ("dropout (residual and embeddings)", ("_Dropout",)),  # FastDropout's autograd function, before attention's
     ("attention (scores, mask, softmax, dropout, weighted sum)",
      ("scaled_dot_product", "attention", "aten::bmm", "BmmBackward", "softmax", "Softmax", "masked_fill", "MaskedFill")),
     ("matrix products of the linear layers", ("aten::mm", "aten::addmm", "aten::linear", "Addmm", "MmBackward")),

@@ -5,7 +5,8 @@ One training step = forward + label-smoothed loss + backward + Adam step, on bat
 --batch-sizes) sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
 
 * (a) fast:     the package as shipped (SDPA attention, output layer fused with the label-smoothed loss,
-                LayerNorm and ReLU+dropout with hand-written backward passes), in --precision (default
+                LayerNorm and ReLU+dropout with hand-written backward passes, dropout masks from half the
+                random numbers on the CPU), in --precision (default
                 'auto', as training uses it: bf16 on a GPU that has it and on a CPU with bf16 matrix units
                 (AMX, AVX512-BF16), else fp16 on older GPUs and fp32 on other CPUs)
 * (b) explicit: the teaching path in fp32 (attention weights materialised and kept, target distribution
