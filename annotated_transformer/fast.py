@@ -56,29 +56,27 @@ def capture_attention(model: nn.Module,  # any module containing attention layer
             m.__class__ = FastMultiHeadedAttention
 
 # %% ../nbs/06_fast.ipynb #f88598bb
-DROPOUT_BITS = 15  # random bits behind one dropout decision on the CPU: p is rounded to a multiple of 2**-15
+DROPOUT_BITS = 15  # random bits behind one dropout decision on the CPU (fixed: a 31-bit number decides two entries)
 
 def dropout_mask(shape: tuple[int, ...],  # shape of the tensor whose entries dropout zeroes
                  p: float,  # probability of dropping an entry, in [0, 1]
                  device: torch.device | str = "cpu",  # where the mask is needed
-                 ) -> tuple[torch.Tensor, float]:  # (boolean mask, True = dropped; the scale of the kept entries)
-    "Which entries dropout zeroes, and 1/(1-p) for the kept ones; on the CPU from 15 or 16 random bits per entry."
+                 ) -> tuple[torch.Tensor, float]:  # (boolean mask, True = dropped; the scale 1/(1-p') of the kept entries)
+    "Which entries dropout zeroes; on the CPU from 16 or 15 random bits each, p rounded to p', a multiple of 2**-15."
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
-    if torch.device(device).type != "cpu" or torch.compiler.is_compiling():  # random numbers are cheap there
+    if torch.device(device).type != "cpu" or torch.compiler.is_compiling():  # random numbers are cheap there: p' = p
         return torch.rand(shape, device=device) < p, (1.0 / (1.0 - p) if p < 1 else 0.0)
     n, levels = math.prod(shape), 2 ** DROPOUT_BITS
-    drop = round(p * levels)  # p' = drop / 2**15: p rounded to the bits
+    drop = round(p * levels)  # p' = drop / 2**15 (0 below p = 2**-16, 1 above 1 - 2**-16)
     if drop == levels:  # p' = 1: every entry is dropped
         return torch.ones(shape, dtype=torch.bool), 0.0
-    words = torch.empty((n + 1) // 2, dtype=torch.int32).random_()  # (n/2,): uniform in [0, 2**31), 31 random bits
-    halves = words.view(torch.int16).view(-1, 2)  # (n/2, 2): each number's low 16 bits and its high 15 bits
-    # the low half is uniform over [-2**15, 2**15) and drops below -2**15 + 2*drop; the high half is uniform
-    # over [0, 2**15) and drops below drop: both with probability drop / 2**15
-    low, high = 2 * drop - levels, drop
-    thresholds = torch.tensor((low, high) if sys.byteorder == "little" else (high, low), dtype=torch.int16)
-    dropped = (halves < thresholds).view(-1)[:n].view(shape)
-    return dropped, levels / (levels - drop)
+    m = (n + 1) // 2  # each random number decides two entries
+    words = torch.empty(m, dtype=torch.int32).random_()  # (m,): uniform in [0, 2**31), 31 random bits each
+    dropped = torch.empty(2 * m, dtype=torch.bool)
+    torch.lt(words & 0xFFFF, 2 * drop, out=dropped[:m])  # low 16 bits, uniform in [0, 2**16): P = 2 drop / 2**16
+    torch.lt(words, drop << 16, out=dropped[m:])  # high 15 bits below drop, i.e. words < drop * 2**16: P = drop / 2**15
+    return dropped[:n].view(shape), levels / (levels - drop)
 
 class _Dropout(torch.autograd.Function):
     "Dropout with a `dropout_mask`; keeps only the boolean mask for the backward pass."
@@ -95,8 +93,8 @@ class _Dropout(torch.autograd.Function):
         return grad_out.mul(ctx.scale).masked_fill_(dropped, 0.0), None
 
 class FastDropout(nn.Dropout):
-    "`nn.Dropout` whose masks take half the random numbers on the CPU (`dropout_mask`) and keep one byte per entry."
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # any shape -> same
+    "`nn.Dropout` whose masks take a quarter of the random bits on the CPU (`dropout_mask`) and keep one byte per entry."
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # any shape -> same (never in place: `inplace` is ignored)
         if not self.training or self.p == 0 or x.device.type != "cpu":  # identity, or a GPU's fused kernel
             return super().forward(x)
         return _Dropout.apply(x, self.p)

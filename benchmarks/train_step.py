@@ -5,8 +5,8 @@ One training step = forward + label-smoothed loss + backward + Adam step, on bat
 --batch-sizes) sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
 
 * (a) fast:     the package as shipped (SDPA attention, output layer fused with the label-smoothed loss,
-                LayerNorm and ReLU+dropout with hand-written backward passes, dropout masks from half the
-                random numbers on the CPU), in --precision (default
+                LayerNorm and ReLU+dropout with hand-written backward passes, dropout masks from a quarter of
+                the random bits on the CPU), in --precision (default
                 'auto', as training uses it: bf16 on a GPU that has it and on a CPU with bf16 matrix units
                 (AMX, AVX512-BF16), else fp16 on older GPUs and fp32 on other CPUs)
 * (b) explicit: the teaching path in fp32 (attention weights materialised and kept, target distribution
@@ -16,6 +16,9 @@ One training step = forward + label-smoothed loss + backward + Adam step, on bat
                 in the same precision as (a)
 * (d) fast+compile (only with --compile): (a) with its forward pass and loss compiled as one graph by
                 torch.compile (dynamic shapes, default inductor backend); backward and Adam as in (a)
+* (e) fast+torch_masks (only with --torch-masks): (a) with its dropout masks drawn from a random number per
+                entry, as PyTorch draws them (nn.Dropout instead of FastDropout, torch.rand for the feed-forward's
+                ReLU + dropout): what the 16- and 15-bit masks of `dropout_mask` save
 
 On a GPU the timings wait for the GPU (torch.cuda.synchronize) and the memory is the peak of
 torch.cuda.max_memory_allocated during a step above the memory allocated before it.
@@ -34,6 +37,7 @@ Timings are not taken in that process, because an mmap per tensor slows every st
 
 Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--threads 2]
        python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 [--compile]
+       python benchmarks/train_step.py --precision fp32 --compile --torch-masks   (the fp32 file of the docs)
 """
 import argparse
 import ctypes
@@ -47,13 +51,15 @@ import subprocess
 import sys
 import time
 import warnings
+from contextlib import nullcontext
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.batches import Batch
-from annotated_transformer.fast import FastLossCompute, autocast_context, make_grad_scaler, resolve_precision, speed_up
+from annotated_transformer.fast import FastDropout, FastLossCompute, autocast_context, make_grad_scaler, resolve_precision, speed_up
 from annotated_transformer.layers import sinusoid_table
 from annotated_transformer.model import make_model, subsequent_mask
 from annotated_transformer.training import LabelSmoothing, SimpleLossCompute
@@ -119,11 +125,19 @@ def build(kind, size, device, precision):
             return crit(model(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
         if kind == "fast+compile":  # forward pass and loss in one graph (06_fast checks there is no break)
             step_loss = torch.compile(step_loss, fullgraph=True, dynamic=True)
+    masks = nullcontext
+    if kind == "fast+torch_masks":  # every dropout mask from a random number per entry, as PyTorch draws them
+        for m in model.modules():
+            if type(m) is FastDropout:
+                m.__class__ = nn.Dropout
+        def torch_mask(shape, p, device="cpu"):
+            return torch.rand(shape, device=device) < p, 1.0 / (1.0 - p)
+        masks = lambda: mock.patch("annotated_transformer.fast.dropout_mask", torch_mask)  # _ReluDropout's masks
     model.to(device).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     scaler = make_grad_scaler(device, precision)
     def step(b):
-        with autocast_context(device, precision):
+        with autocast_context(device, precision), masks():
             loss = step_loss(b)
         (scaler.scale(loss) if scaler else loss).backward()
         if scaler:
@@ -201,12 +215,14 @@ def main():
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=None,
                     help="sentence pairs per batch (default: 128 on the CPU, 128 and 1024 on a GPU)")
     ap.add_argument("--compile", action="store_true", help="also time (a) under torch.compile")
+    ap.add_argument("--torch-masks", action="store_true", help="also time (a) with PyTorch's dropout masks")
     ap.add_argument("--phase", choices=["all", "speed", "memory"], default="all", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     precision = resolve_precision(device, args.precision)
-    kinds = ("fast", "explicit", "torch") + (("fast+compile",) if args.compile else ())
+    kinds = ("fast", "explicit", "torch") + (("fast+compile",) if args.compile else ()) + \
+        (("fast+torch_masks",) if args.torch_masks else ())
     sizes = args.batch_sizes or ([128, 1024] if device.type == "cuda" else [128])
     runs = [(m, b) for m in args.models for b in sizes]
     if args.phase == "memory":  # CPU child process: print one JSON line per (model, batch size)
@@ -221,7 +237,8 @@ def main():
     if device.type == "cpu":  # resident memory is only meaningful in a process with a fixed mmap threshold
         child = subprocess.run([sys.executable, __file__, "--phase", "memory", "--rounds", str(args.rounds),
                                 "--threads", str(args.threads), "--models", *args.models, "--precision", precision,
-                                "--batch-sizes", *map(str, sizes)] + (["--compile"] if args.compile else []),
+                                "--batch-sizes", *map(str, sizes)] + (["--compile"] if args.compile else [])
+                               + (["--torch-masks"] if args.torch_masks else []),
                                env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
                                capture_output=True, text=True, check=True)
         memory = {tuple(row.pop("run")): row for row in map(json.loads, child.stdout.splitlines())}
@@ -235,7 +252,9 @@ def main():
         print(f"\nratios: speed fast/explicit {tok_s['fast'] / tok_s['explicit']:.2f}x, "
               f"fast/torch {tok_s['fast'] / tok_s['torch']:.2f}x; "
               f"memory fast/explicit {mem['fast'] / mem['explicit']:.2f}x, fast/torch {mem['fast'] / mem['torch']:.2f}x"
-              + (f"; fast+compile/torch {tok_s['fast+compile'] / tok_s['torch']:.2f}x" if args.compile else ""))
+              + (f"; fast+compile/torch {tok_s['fast+compile'] / tok_s['torch']:.2f}x" if args.compile else "")
+              + (f"; fast/fast+torch_masks speed {tok_s['fast'] / tok_s['fast+torch_masks']:.2f}x, memory "
+                 f"{mem['fast'] / mem['fast+torch_masks']:.2f}x" if args.torch_masks else ""))
 
 
 if __name__ == "__main__":
