@@ -15,7 +15,6 @@ __all__ = ['DROPOUT_BITS', 'FAST_VERSIONS', 'PRECISIONS', 'masked_score', 'FastM
 import math
 import os
 import random
-import sys
 import time
 from contextlib import contextmanager, nullcontext
 
