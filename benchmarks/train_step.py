@@ -97,7 +97,7 @@ class TorchTransformer(nn.Module):
         return self.drop(emb(x) * math.sqrt(self.d_model) + self.pe[: x.size(1)])
 
     def loss(self, b: Batch):
-        causal = ~subsequent_mask(b.tgt.size(1))[0]  # True = masked out, as nn.Transformer expects
+        causal = ~subsequent_mask(b.tgt.size(1))[0].to(b.tgt.device)  # True = masked out, as nn.Transformer expects
         out = self.core(self.embed(self.src_emb, b.src), self.embed(self.tgt_emb, b.tgt), tgt_mask=causal,
                         src_key_padding_mask=b.src == PAD, tgt_key_padding_mask=b.tgt == PAD,
                         memory_key_padding_mask=b.src == PAD)

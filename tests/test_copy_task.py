@@ -34,3 +34,17 @@ def test_command_line_trains_in_bf16_and_the_checkpoint_decodes_in_fp32(tmp_path
         ys = greedy_decode(model, src, torch.ones(1, 1, 10, dtype=torch.bool), max_len=10, start_symbol=1)
     assert ys.shape == (1, 10) and ys[0, 0].item() == 1
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_tqdm_disable_silences_the_progress_bars(tmp_path):
+    """TQDM_DISABLE=1, tqdm's own switch, keeps the bars out of logs (the GPU check sets it); without it they show."""
+    import os
+    stderr = {}
+    for quiet in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"} | ({"TQDM_DISABLE": "1"} if quiet else {})
+        res = subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "copy-task", "--epochs", "1",
+                              "--batches-per-epoch", "2", "--out", str(tmp_path / str(quiet)), "--device", "cpu"],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        stderr[quiet] = res.stderr
+    assert "epoch 1/1" in stderr[False] and "epoch 1/1" not in stderr[True], stderr

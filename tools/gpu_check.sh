@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's GPU check, for any CUDA machine (a cloud GPU, Colab's terminal): everything CI cannot run.
 #
-#   bash tools/gpu_check.sh [--data-dir DIR] [--log FILE] [--no-bench]
+#   bash tools/gpu_check.sh [--data-dir DIR] [--log FILE] [--no-bench] [--steps 1,2,3,4,5]
 #
 # Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
 #   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu), and the `#| slow` training cell of
@@ -10,6 +10,7 @@
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
 #   4. `translate` and `evaluate` (test2016, beam 4) of the shipped model on the GPU: BLEU within 0.5 of results.json;
 #   5. the GPU benchmarks: benchmarks/train_step.py --device cuda and benchmarks/decode.py --device cuda (a sweep).
+# --steps runs only the numbered steps (all by default), e.g. --steps 1 or --steps 2,3,4,5 to split the check.
 # Exits 1 if any step failed (all steps run), 2 on a bad option, 3 without a CUDA GPU.
 # Everything printed also goes to --log (default: benchmarks/results_gpu.txt, with the date, GPU and torch).
 # No internet needed when the Multi30k files are on disk: --data-dir DIR, or $ANNOTATED_TRANSFORMER_DATA,
@@ -19,14 +20,17 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DATA_DIR="${ANNOTATED_TRANSFORMER_DATA:-}"
 LOG=benchmarks/results_gpu.txt
-BENCH=1
+STEPS=",1,2,3,4,5,"
 while [ $# -gt 0 ]; do
   case "$1" in
     --data-dir) DATA_DIR="${2:?--data-dir needs a folder}"; shift 2 ;;
     --log) LOG="${2:?--log needs a file name}"; shift 2 ;;
-    --no-bench) BENCH=0; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown option '$1' (expected --data-dir DIR, --log FILE, --no-bench)" >&2; exit 2 ;;
+    --no-bench) STEPS=${STEPS/,5,/,}; shift ;;
+    --steps)
+      [[ "${2:-}" =~ ^[1-5](,[1-5])*$ ]] || { echo "gpu_check.sh: --steps needs step numbers 1-5 separated by commas, got '${2:-}'" >&2; exit 2; }
+      STEPS=",$2,"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown option '$1' (expected --data-dir DIR, --log FILE, --no-bench, --steps LIST)" >&2; exit 2 ;;
   esac
 done
 if [ -z "$DATA_DIR" ] && [ -d ../shared/data/multi30k ]; then DATA_DIR=../shared/data/multi30k; fi
@@ -54,6 +58,7 @@ print(f"GPU       {torch.cuda.get_device_name()} ({torch.cuda.get_device_propert
 print(f"torch     {torch.__version__} (CUDA {torch.version.cuda})")
 print(f"precision {resolve_precision(torch.device('cuda'), 'auto')} (what precision='auto' picks here)")
 EOF
+echo "steps     ${STEPS:1:${#STEPS}-2} (of 1-5)"
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -87,12 +92,15 @@ if expected is not None and abs(got["bleu"] - expected) > 0.5:
 EOF
 }
 
-step "notebooks with #| gpu cells (nbdev-test --flags gpu)" nbdev-test --flags gpu --n-workers 1 --timing
-step "the tutorial's training run (#| slow cell of 13_train)" nbdev-test --flags slow --n-workers 1 nbs/13_train.ipynb
-step "copy-task with its defaults reaches exact copies" copy_task
-step "short train on Multi30k (default precision), then translate" short_train
-step "shipped model: translate and evaluate on the GPU" shipped_model
-if [ "$BENCH" = 1 ]; then
+wanted() { [[ "$STEPS" == *",$1,"* ]]; }
+if wanted 1; then
+  step "notebooks with #| gpu cells (nbdev-test --flags gpu)" nbdev-test --flags gpu --n-workers 1 --timing
+  step "the tutorial's training run (#| slow cell of 13_train)" nbdev-test --flags slow --n-workers 1 nbs/13_train.ipynb
+fi
+wanted 2 && step "copy-task with its defaults reaches exact copies" copy_task
+wanted 3 && step "short train on Multi30k (default precision), then translate" short_train
+wanted 4 && step "shipped model: translate and evaluate on the GPU" shipped_model
+if wanted 5; then
   step "benchmark: training step (base model, batches of 128 and 1024)" \
     python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 --rounds 10
   step "benchmark: decoding test2016 (batch-size sweep)" \
