@@ -80,6 +80,7 @@ def _seal(folder: Path, step: int | None) -> None:
     _write_json(folder / MANIFEST_FILE, {"step": step, "files": files, "vocabulary": vocabulary_fingerprint(folder)})
     for p in folder.iterdir():
         p.chmod(0o644)
+    folder.chmod(0o755)  # tempfile.mkdtemp made it private (0700)
 
 RUN_FOLDER = re.compile(r"last|best|epoch_\d+")  # the checkpoints a training run writes into its folder
 RUN_SETTINGS = "train_config.json"  # what marks a training run's folder

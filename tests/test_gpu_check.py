@@ -39,3 +39,10 @@ def test_covers_what_the_readme_promises():
                   "--device cuda"):
         assert piece in text, piece
     assert "gpu_check.sh" in (ROOT / "README.md").read_text()
+
+
+def test_bad_steps_list_is_one_line_and_exit_2():
+    for bad in ("7", "1,,2", "a"):
+        res = run("--steps", bad)
+        assert res.returncode == 2, bad
+        assert res.stderr.strip().count("\n") == 0 and "--steps" in res.stderr, res.stderr

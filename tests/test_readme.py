@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import venv
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,20 @@ def test_decode_benchmark_writes_json(tmp_path, multi30k):
     data = json.loads(out.read_text())
     assert data["sentences"] == 4 and len(data["rows"]) == 3 and data["identical_greedy"] is not None
     assert data["parameters"] > 0 and "threads" in data["device"]
+
+
+def test_the_recipe_commands_are_the_recipe():
+    "The shell commands that reproduce the shipped model (usage page, trained-model chapter) use RECIPE's settings."
+    from annotated_transformer.pretrained import RECIPE
+    texts = {"docs/usage.md": (ROOT / "docs" / "usage.md").read_text(),
+             "nbs/14_pretrained.ipynb": "".join("".join(c["source"]) for c in json.loads(
+                 (ROOT / "nbs" / "14_pretrained.ipynb").read_text())["cells"])}
+    for name, text in texts.items():
+        found = re.findall(r"annotated-transformer train --out-dir runs/multi30k --warmup (\d+) --epochs (\d+) --dropout ([\d.]+)", text)
+        assert found, f"{name}: no recipe command"
+        assert all((int(w), int(e), float(d)) == (RECIPE.warmup, RECIPE.epochs, RECIPE.model.dropout) for w, e, d in found), (name, found)
+    from annotated_transformer.train import TrainConfig  # every other setting of the recipe is the command's default
+    differ = [k for k, v in asdict(replace(RECIPE, out_dir="runs/multi30k", warmup=TrainConfig().warmup, epochs=TrainConfig().epochs,
+                                             model=replace(RECIPE.model, dropout=TrainConfig().model.dropout))).items()
+              if v != asdict(TrainConfig(out_dir="runs/multi30k"))[k]]
+    assert not differ, differ

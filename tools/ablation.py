@@ -52,6 +52,19 @@ def write_json(path: Path, data: dict) -> None:
     print(f"wrote {path}")
 
 
+def run_or_collect(doc: str, run, collect, runs_dir: str, out: Path) -> None:
+    "The command line of an experiment script: `run` trains what is missing (resuming), `collect` writes its JSON."
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("action", choices=("run", "collect"))
+    parser.add_argument("--runs-dir", type=Path, default=Path(runs_dir))
+    parser.add_argument("--out", type=Path, default=out)
+    args = parser.parse_args()
+    if args.action == "collect":
+        write_json(args.out, collect(args.runs_dir))
+    else:
+        run(args.runs_dir)
+
+
 def collect(runs_dir: Path) -> dict:
     "The table: each configuration at the budget, and the full-length runs' best and last epochs."
     sys.path.insert(0, str(ROOT))

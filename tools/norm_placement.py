@@ -1,12 +1,12 @@
-"""Pre-norm or post-norm? The shipped model's recipe with each layer-norm placement, the warmup chosen for each on val.
+"""Pre-norm or post-norm? The 14-epoch recipe with each layer-norm placement, the warmup chosen for each on val.
 
-Every run is the recipe (`RECIPE`: N=3, d_model=256, 2,500 tokens per batch, label smoothing 0.1, seed 0) under
-CPU bf16 autocast, and differs from it in the placement of the layer norm (`pre_norm`) and the number of warmup
-steps. Each placement tries every warmup of WARMUPS; the runs are compared after the same BUDGET epochs by greedy
-BLEU on the validation split, which chooses the warmup of each placement. The chosen run of each placement then
-goes on to the recipe's epochs, and the average of its last AVERAGE_LAST epoch checkpoints is scored as the shipped
-model's candidates are. The learning-rate schedule depends on the step only, so the first BUDGET epochs of
-a longer run are a run of BUDGET epochs.
+Every run is the 14-epoch recipe (`RECIPE_14` of tools/precision_run.py: N=3, d_model=256, 2,500 tokens per batch,
+dropout 0.1, label smoothing 0.1, seed 0) under CPU bf16 autocast, and differs from it in the placement of the
+layer norm (`pre_norm`) and the number of warmup steps. Each placement tries every warmup of WARMUPS; the runs are
+compared after the same BUDGET epochs by greedy BLEU on the validation split, which chooses the warmup of each
+placement. The chosen run of each placement then goes on to the recipe's 14 epochs, and the average of its last
+AVERAGE_LAST epoch checkpoints is scored as the shipped model's candidates are. The learning-rate schedule depends
+on the step only, so the first BUDGET epochs of a longer run are a run of BUDGET epochs.
 
 The pre-norm run with the recipe's own warmup is the recipe's bf16 run of the precision experiment
 (tools/precision_run.py, read from annotated_transformer/pretrained/precision.json): it is not trained again.
@@ -14,7 +14,6 @@ The pre-norm run with the recipe's own warmup is the recipe's bf16 run of the pr
     python tools/norm_placement.py run --runs-dir runs/norm      # trains what is missing (resumes after a stop)
     python tools/norm_placement.py collect --runs-dir runs/norm  # writes annotated_transformer/pretrained/norm_placement.json
 """
-import argparse
 import json
 import sys
 from dataclasses import replace
@@ -22,14 +21,14 @@ from pathlib import Path
 
 import torch
 
-from ablation import history, write_json  # tools/ablation.py: a run's history.jsonl as records; atomic JSON
+from ablation import history, run_or_collect  # tools/ablation.py: a run's history.jsonl as records; the command line
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.fast import cpu_bf16_native  # noqa: E402 (the package of this checkout)
-from annotated_transformer.pretrained import AVERAGE_LAST, RECIPE, hardware  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
-from precision_run import averaged_val_bleu  # noqa: E402 (tools/precision_run.py)
+from precision_run import RECIPE_14, averaged_val_bleu  # noqa: E402 (tools/precision_run.py)
 
 BUDGET = 8  # epochs every (placement, warmup) gets before the warmups are compared
 WARMUPS = (800, 1600)  # the recipe's warmup and twice as long (a peak learning rate 1/sqrt(2) as high)
@@ -44,13 +43,13 @@ def folder(placement: str, warmup: int) -> str:
 
 def config(runs_dir: Path, placement: str, warmup: int, epochs: int):
     "The recipe with this placement and warmup, in bf16, for `epochs` epochs."
-    return replace(RECIPE, out_dir=str(runs_dir / folder(placement, warmup)), precision="bf16", warmup=warmup,
-                   epochs=epochs, model=replace(RECIPE.model, pre_norm=PLACEMENTS[placement]))
+    return replace(RECIPE_14, out_dir=str(runs_dir / folder(placement, warmup)), precision="bf16", warmup=warmup,
+                   epochs=epochs, model=replace(RECIPE_14.model, pre_norm=PLACEMENTS[placement]))
 
 
 def is_recipe(placement: str, warmup: int) -> bool:
     "Whether this is the recipe itself, whose bf16 run the precision experiment made (read from precision.json)."
-    return PLACEMENTS[placement] == RECIPE.model.pre_norm and warmup == RECIPE.warmup
+    return PLACEMENTS[placement] == RECIPE_14.model.pre_norm and warmup == RECIPE_14.warmup
 
 
 def records(runs_dir: Path, placement: str, warmup: int) -> list[dict]:
@@ -71,14 +70,14 @@ def chosen(runs_dir: Path) -> dict[str, int]:
 
 
 def run(runs_dir: Path) -> None:
-    "Every (placement, warmup) to the budget, then each placement's chosen warmup to the recipe's epochs."
+    "Every (placement, warmup) to the budget, then each placement's chosen warmup to the 14-epoch recipe's length."
     for placement in PLACEMENTS:
         for warmup in WARMUPS:
             if len(records(runs_dir, placement, warmup)) < BUDGET:
                 train(config(runs_dir, placement, warmup, BUDGET))
     for placement, warmup in chosen(runs_dir).items():
-        if len(records(runs_dir, placement, warmup)) < RECIPE.epochs:
-            train(config(runs_dir, placement, warmup, RECIPE.epochs))
+        if len(records(runs_dir, placement, warmup)) < RECIPE_14.epochs:
+            train(config(runs_dir, placement, warmup, RECIPE_14.epochs))
 
 
 def collect(runs_dir: Path) -> dict:
@@ -91,28 +90,20 @@ def collect(runs_dir: Path) -> dict:
                 raise SystemExit(f"{placement} with warmup {warmup} has {len(rs)} epochs, fewer than the budget of "
                                  f"{BUDGET}: run `python tools/norm_placement.py run` first")
             rows.append({"placement": placement, "warmup": warmup, "history": [{k: r[k] for k in KEEP} for r in rs]})
-    picked, averaged = chosen(runs_dir), {}  # averaged: each chosen run that reached the recipe's length, its last
+    picked, averaged = chosen(runs_dir), {}  # averaged: each chosen run that reached 14 epochs, its last
     for placement, warmup in picked.items():  # epochs' weights averaged and scored on val
-        if len(records(runs_dir, placement, warmup)) >= RECIPE.epochs:
+        if len(records(runs_dir, placement, warmup)) >= RECIPE_14.epochs:
             averaged[placement] = json.loads(PRECISION_JSON.read_text())["average_of_last_5_val_bleu"]["bf16"] \
                 if is_recipe(placement, warmup) else averaged_val_bleu(runs_dir / folder(placement, warmup))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
-            "budget_epochs": BUDGET, "recipe_epochs": RECIPE.epochs, "warmups": list(WARMUPS), "chosen_warmup": picked,
+            "budget_epochs": BUDGET, "recipe_epochs": RECIPE_14.epochs, "warmups": list(WARMUPS), "chosen_warmup": picked,
             f"average_of_last_{AVERAGE_LAST}_val_bleu": averaged,
             "precision": "bf16 autocast", "hardware": hardware(), "torch": torch.__version__, "native_bf16": cpu_bf16_native(),
             "runs": rows}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("run", "collect"))
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs/norm"))
-    parser.add_argument("--out", type=Path, default=ROOT / "annotated_transformer" / "pretrained" / "norm_placement.json")
-    args = parser.parse_args()
-    if args.action == "collect":
-        write_json(args.out, collect(args.runs_dir))
-    else:
-        run(args.runs_dir)
+    run_or_collect(__doc__, run, collect, "runs/norm", ROOT / "annotated_transformer" / "pretrained" / "norm_placement.json")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+"""How long to train, and with how much dropout: the recipe's runs on val, epoch by epoch, each epoch alone and averaged.
+
+The recipe of 14 epochs with dropout 0.1 (`RECIPE_14`; the results.json of its model is kept as
+annotated_transformer/pretrained/results_14_epochs.json) was still gaining on val at its last epoch. Two runs of
+the recipe with seed 0 say how much longer to train:
+
+* dropout 0.1, trained on one epoch at a time until its validation loss has not improved for PATIENCE epochs;
+* dropout 0.2, for RECIPE.epochs epochs: more regularisation for a longer run (RECIPE's own run, the shipped model's).
+
+The schedule of section 5.3 depends on the step only, so the first k epochs of any run are a run of k epochs.
+For every epoch e of each run from AVERAGE_LAST on, this script averages the checkpoints of epochs
+e-AVERAGE_LAST+1 .. e, as `build_pretrained` makes its candidate, and scores the average by greedy BLEU on the
+validation split: what would ship if the run stopped at epoch e. The test sets are not used.
+
+    python tools/longer_run.py run --runs-dir runs/longer       # trains what is missing (resumes after a stop)
+    python tools/longer_run.py collect --runs-dir runs/longer   # writes annotated_transformer/pretrained/longer.json
+
+The dropout-0.2 run is `build_pretrained(RECIPE)` with out_dir runs/longer/dropout02 (the trained-model chapter):
+build_pretrained trains or resumes it, chooses between its best epoch and its averaged last epochs on val, and
+writes the shipped model.
+"""
+import json
+import sys
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from ablation import history, run_or_collect  # tools/ablation.py: a run's history.jsonl as records; the command line
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from annotated_transformer.decoding import Translator  # noqa: E402 (the package of this checkout)
+from annotated_transformer.evaluation import average_checkpoints, evaluate_translator  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, RECIPE, hardware  # noqa: E402
+from annotated_transformer.train import train  # noqa: E402
+from precision_run import RECIPE_14  # noqa: E402 (tools/precision_run.py)
+
+PATIENCE = 7  # the dropout-0.1 run stops once its validation loss has not improved for this many epochs
+KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
+
+
+def configs(runs_dir: Path) -> dict:
+    "{folder: TrainConfig} of the two runs (the dropout-0.1 run's epochs grow one at a time)."
+    return {"dropout01": replace(RECIPE_14, out_dir=str(runs_dir / "dropout01")),
+            "dropout02": replace(RECIPE, out_dir=str(runs_dir / "dropout02"))}
+
+
+def finished(run: Path) -> list[dict]:
+    return [r for r in history(run) if not r.get("partial")]
+
+
+def patience_left(records: list[dict]) -> bool:
+    "Whether the validation loss has improved within the last PATIENCE epochs."
+    best = min(range(len(records)), key=lambda i: records[i]["val_loss"])
+    return len(records) - 1 - best < PATIENCE
+
+
+def run(runs_dir: Path) -> None:
+    "The dropout-0.2 run to RECIPE.epochs; the dropout-0.1 run on, an epoch at a time, while its loss improves."
+    cfgs = configs(runs_dir)
+    train(cfgs["dropout02"])
+    d01 = cfgs["dropout01"]
+    while True:
+        records = finished(Path(d01.out_dir))
+        if len(records) >= RECIPE_14.epochs and not patience_left(records):
+            break
+        train(replace(d01, epochs=max(len(records) + 1, RECIPE_14.epochs)))
+
+
+def averaged_curve(run: Path, epochs: int) -> list[dict]:
+    "Greedy val BLEU of the average of each AVERAGE_LAST consecutive epoch checkpoints, by the last epoch averaged."
+    curve = []
+    for last in range(AVERAGE_LAST, epochs + 1):
+        folders = [run / f"epoch_{e:03d}" for e in range(last - AVERAGE_LAST + 1, last + 1)]
+        with tempfile.TemporaryDirectory() as tmp:
+            averaged = average_checkpoints(folders, Path(tmp) / "avg")
+            bleu = evaluate_translator(Translator.from_checkpoint(averaged, "cpu"), "val", beam_size=1)["bleu"]
+        curve.append({"epoch": last, "val_bleu": round(bleu, 2)})
+        print(f"{run.name}: epochs {last - AVERAGE_LAST + 1}-{last} averaged, val BLEU {bleu:.2f}", flush=True)
+    return curve
+
+
+def collect(runs_dir: Path) -> dict:
+    "Each run's per-epoch scores and averaged-checkpoint curve on val."
+    runs = []
+    for name, cfg in configs(runs_dir).items():
+        folder, records = Path(cfg.out_dir), finished(Path(cfg.out_dir))
+        settings = json.loads((folder / "train_config.json").read_text()) if records else {}
+        differ = sorted(k for k, v in asdict(cfg).items() if k not in ("out_dir", "epochs") and settings.get(k) != v)
+        if differ or len(records) < cfg.epochs or (name == "dropout01" and patience_left(records)):
+            raise SystemExit(f"{folder} is not a finished run of its configuration (differs in {differ or 'nothing'}, "
+                             f"{len(records)} epochs): run `python tools/longer_run.py run` first")
+        runs.append({"dropout": cfg.model.dropout, "epochs": len(records),
+                     "history": [{k: r[k] for k in KEEP} for r in records],
+                     f"average_of_last_{AVERAGE_LAST}": averaged_curve(folder, len(records))})
+    return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch", "average_last": AVERAGE_LAST,
+            "patience": PATIENCE, "recipe_epochs": RECIPE.epochs, "recipe_dropout": RECIPE.model.dropout,
+            "hardware": hardware(), "torch": torch.__version__, "runs": runs}
+
+
+def main() -> None:
+    run_or_collect(__doc__, run, collect, "runs/longer", ROOT / "annotated_transformer" / "pretrained" / "longer.json")
+
+
+if __name__ == "__main__":
+    main()
