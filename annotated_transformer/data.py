@@ -75,8 +75,8 @@ def download(name: str,  # file name, e.g. 'train.de.gz'
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(MULTI30K_URL.format(name=name), timeout=60) as resp:
             total = int(resp.headers.get("Content-Length") or 0) or None
-            quiet = os.environ.get("TQDM_DISABLE", "") not in ("", "0")  # tqdm's own switch, e.g. for logs
-            with tqdm(total=total, unit="B", unit_scale=True, desc=name, disable=not progress or quiet, leave=False) as bar:
+            off = {} if progress else {"disable": True}  # passed only to turn the bar off: TQDM_DISABLE=1 still can
+            with tqdm(total=total, unit="B", unit_scale=True, desc=name, leave=False, **off) as bar:
                 for block in iter(lambda: resp.read(1 << 16), b""):
                     out.write(block)
                     bar.update(len(block))

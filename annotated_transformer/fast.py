@@ -395,8 +395,8 @@ def train_epoch(
         state.step += 1
 
     total_loss, total_tokens, pending = torch.zeros((), device=device), 0, 0  # the loss is summed on the device
-    quiet = os.environ.get("TQDM_DISABLE", "") not in ("", "0")  # tqdm's own switch, e.g. for logs
-    bar = tqdm(data_iter, total=total, desc=desc or mode, disable=not progress or quiet, leave=False)
+    off = {} if progress else {"disable": True}  # passed only to turn the bar off: TQDM_DISABLE=1 (for logs) still can
+    bar = tqdm(data_iter, total=total, desc=desc or mode, leave=False, **off)
     start = shown = time.perf_counter()
     with torch.set_grad_enabled(training):
         for batch in bar:
