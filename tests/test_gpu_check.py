@@ -46,3 +46,21 @@ def test_bad_steps_list_is_one_line_and_exit_2():
         res = run("--steps", bad)
         assert res.returncode == 2, bad
         assert res.stderr.strip().count("\n") == 0 and "--steps" in res.stderr, res.stderr
+
+
+def test_no_bench_leaves_out_step_5_in_either_order():
+    """--no-bench and --steps used to write one variable, so the later option won; now --no-bench always removes step 5."""
+    for args in (("--no-bench", "--steps", "1,5"), ("--steps", "1,5", "--no-bench"), ("--no-bench",)):
+        res = run(*args, "--dry-run")
+        assert res.returncode == 0, res.stderr
+        expected = "1" if "--steps" in args else "1,2,3,4"
+        assert res.stdout.split() == ["steps", expected, "(of", "1-5)"], (args, res.stdout)
+    res = run("--steps", "5", "--no-bench")
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--no-bench" in res.stderr, res.stderr
+
+
+def test_help_is_the_header_comment():
+    res = run("--help")
+    assert res.returncode == 0
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("The project's GPU check") and "downloaded once into the cache" in lines[-1], lines[-1]
