@@ -206,7 +206,7 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         V = weight.size(0)
         const = _xlogx(confidence) + (V - 2) * _xlogx(smoothing_each)  # sum_j t log t per row
         w32, b32 = weight.float(), bias.float()
-        pad = torch.tensor([padding_idx], device=x.device)
+        smooth_row = (torch.arange(V, device=x.device) != padding_idx).float() * smoothing_each  # (V,): 0 at padding
         grad_x = []  # per chunk, (c, d_model)
         grad_w, grad_b = torch.zeros_like(w32), torch.zeros_like(b32)  # (V, d_model), (V,): summed over chunks
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
@@ -218,7 +218,7 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
             gold = z.gather(1, yc.unsqueeze(1)) - lse  # log p(gold), (c, 1)
             others = z.sum(1, keepdim=True) - z[:, padding_idx:padding_idx + 1] - (gold + lse) - (V - 2) * lse
             loss = loss + (real * (const - confidence * gold - smoothing_each * others)).sum()
-            t = torch.full_like(z, smoothing_each).index_fill(1, pad, 0.0).scatter(1, yc.unsqueeze(1), confidence)  # (c, V)
+            t = smooth_row.expand_as(z).scatter(1, yc.unsqueeze(1), confidence)  # target distribution (c, V)
             g = ((z - lse).exp() - t) * real  # gradient at the logits, p - t; padding rows: no loss, no gradient
             grad_x.append((g @ w32).to(x.dtype))
             grad_w = grad_w + g.t() @ xc
