@@ -5,7 +5,10 @@ annotated_transformer/pretrained/results_14_epochs.json) was still gaining on va
 the recipe with seed 0 say how much longer to train:
 
 * dropout 0.1, trained on one epoch at a time until its validation loss has not improved for PATIENCE epochs;
-* dropout 0.2, for RECIPE.epochs epochs: more regularisation for a longer run (RECIPE's own run, the shipped model's).
+* dropout 0.2, for 30 epochs: more regularisation for a longer run;
+* the dropout-0.2 run continued for COOLDOWN more epochs in which the learning rate falls in a straight line to 0
+  (`TrainConfig.cooldown`). It starts as a copy of the dropout-0.2 run at its last epoch: the schedule with a
+  cooldown equals equation 3 until the cooldown starts, so its first 30 epochs are that run's.
 
 The schedule of section 5.3 depends on the step only, so the first k epochs of any run are a run of k epochs.
 For every epoch e of each run from AVERAGE_LAST on, this script averages the checkpoints of epochs
@@ -15,11 +18,13 @@ validation split: what would ship if the run stopped at epoch e. The test sets a
     python tools/longer_run.py run --runs-dir runs/longer       # trains what is missing (resumes after a stop)
     python tools/longer_run.py collect --runs-dir runs/longer   # writes annotated_transformer/pretrained/longer.json
 
-The dropout-0.2 run is `build_pretrained(RECIPE)` with out_dir runs/longer/dropout02 (the trained-model chapter):
-build_pretrained trains or resumes it, chooses between its best epoch and its averaged last epochs on val, and
-writes the shipped model.
+RECIPE is one of the last two runs. The shipped model is `build_pretrained(RECIPE)` with out_dir set to that run's
+folder (the trained-model chapter): build_pretrained resumes it (finding it finished), chooses between its best
+epoch and its averaged last epochs on val, and writes the shipped model.
 """
 import json
+import os
+import shutil
 import sys
 import tempfile
 from dataclasses import asdict, replace
@@ -34,17 +39,35 @@ sys.path.insert(0, str(ROOT))
 from annotated_transformer.decoding import Translator  # noqa: E402 (the package of this checkout)
 from annotated_transformer.evaluation import average_checkpoints, evaluate_translator  # noqa: E402
 from annotated_transformer.pretrained import AVERAGE_LAST, RECIPE, hardware  # noqa: E402
-from annotated_transformer.train import train  # noqa: E402
+from annotated_transformer.train import TrainConfig, train  # noqa: E402
 from precision_run import RECIPE_14  # noqa: E402 (tools/precision_run.py)
 
 PATIENCE = 7  # the dropout-0.1 run stops once its validation loss has not improved for this many epochs
-KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
+COOLDOWN = 8  # epochs added to the dropout-0.2 run, with the rate falling to 0
+KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "seconds")
 
 
 def configs(runs_dir: Path) -> dict:
-    "{folder: TrainConfig} of the two runs (the dropout-0.1 run's epochs grow one at a time)."
+    "{folder: TrainConfig} of the three runs (the dropout-0.1 run's epochs grow one at a time)."
+    dropout02 = replace(RECIPE, epochs=RECIPE.epochs - RECIPE.cooldown, cooldown=0, out_dir=str(runs_dir / "dropout02"))
     return {"dropout01": replace(RECIPE_14, out_dir=str(runs_dir / "dropout01")),
-            "dropout02": replace(RECIPE, out_dir=str(runs_dir / "dropout02"))}
+            "dropout02": dropout02,
+            "dropout02_cooldown": replace(dropout02, epochs=dropout02.epochs + COOLDOWN, cooldown=COOLDOWN,
+                                          out_dir=str(runs_dir / "dropout02_cooldown"))}
+
+
+def continue_from(finished_run: Path, cfg: TrainConfig) -> None:
+    "Start the run of `cfg` as a copy of `finished_run` (epoch folders hard-linked: checkpoints are replaced, never rewritten)."
+    out = Path(cfg.out_dir)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    top_level = lambda folder, names: [n for n in names if folder == str(finished_run)  # last/, logs and averages: not linked
+                                       and (n == "last" or n.startswith("avg") or n.endswith((".json", ".jsonl")))]
+    shutil.copytree(finished_run, tmp, copy_function=os.link, ignore=top_level)
+    shutil.copytree(finished_run / "last", tmp / "last")
+    shutil.copy(finished_run / "history.jsonl", tmp / "history.jsonl")  # appended to: a copy, not a link
+    (tmp / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    os.replace(tmp, out)
 
 
 def finished(run: Path) -> list[dict]:
@@ -58,9 +81,12 @@ def patience_left(records: list[dict]) -> bool:
 
 
 def run(runs_dir: Path) -> None:
-    "The dropout-0.2 run to RECIPE.epochs; the dropout-0.1 run on, an epoch at a time, while its loss improves."
+    "The dropout-0.2 run, then its cooldown; the dropout-0.1 run on, an epoch at a time, while its loss improves."
     cfgs = configs(runs_dir)
     train(cfgs["dropout02"])
+    if not Path(cfgs["dropout02_cooldown"].out_dir).exists():
+        continue_from(Path(cfgs["dropout02"].out_dir), cfgs["dropout02_cooldown"])
+    train(cfgs["dropout02_cooldown"])
     d01 = cfgs["dropout01"]
     while True:
         records = finished(Path(d01.out_dir))
@@ -69,10 +95,10 @@ def run(runs_dir: Path) -> None:
         train(replace(d01, epochs=max(len(records) + 1, RECIPE_14.epochs)))
 
 
-def averaged_curve(run: Path, epochs: int) -> list[dict]:
+def averaged_curve(run: Path, epochs: int, first: int = AVERAGE_LAST) -> list[dict]:
     "Greedy val BLEU of the average of each AVERAGE_LAST consecutive epoch checkpoints, by the last epoch averaged."
     curve = []
-    for last in range(AVERAGE_LAST, epochs + 1):
+    for last in range(max(first, AVERAGE_LAST), epochs + 1):
         folders = [run / f"epoch_{e:03d}" for e in range(last - AVERAGE_LAST + 1, last + 1)]
         with tempfile.TemporaryDirectory() as tmp:
             averaged = average_checkpoints(folders, Path(tmp) / "avg")
@@ -87,16 +113,18 @@ def collect(runs_dir: Path) -> dict:
     runs = []
     for name, cfg in configs(runs_dir).items():
         folder, records = Path(cfg.out_dir), finished(Path(cfg.out_dir))
-        settings = json.loads((folder / "train_config.json").read_text()) if records else {}
+        settings = {**asdict(TrainConfig()), **json.loads((folder / "train_config.json").read_text())} if records else {}
         differ = sorted(k for k, v in asdict(cfg).items() if k not in ("out_dir", "epochs") and settings.get(k) != v)
         if differ or len(records) < cfg.epochs or (name == "dropout01" and patience_left(records)):
             raise SystemExit(f"{folder} is not a finished run of its configuration (differs in {differ or 'nothing'}, "
                              f"{len(records)} epochs): run `python tools/longer_run.py run` first")
-        runs.append({"dropout": cfg.model.dropout, "epochs": len(records),
+        first = cfg.epochs - cfg.cooldown + 1 if cfg.cooldown else AVERAGE_LAST  # a cooldown run: only its own epochs
+        runs.append({"dropout": cfg.model.dropout, "epochs": len(records), "cooldown": cfg.cooldown,
                      "history": [{k: r[k] for k in KEEP} for r in records],
-                     f"average_of_last_{AVERAGE_LAST}": averaged_curve(folder, len(records))})
+                     f"average_of_last_{AVERAGE_LAST}": averaged_curve(folder, len(records), first)})
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch", "average_last": AVERAGE_LAST,
             "patience": PATIENCE, "recipe_epochs": RECIPE.epochs, "recipe_dropout": RECIPE.model.dropout,
+            "recipe_cooldown": RECIPE.cooldown,
             "hardware": hardware(), "torch": torch.__version__, "runs": runs}
 
 

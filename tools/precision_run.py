@@ -30,7 +30,7 @@ from annotated_transformer.train import train  # noqa: E402
 
 FOLDER = "bf16-recipe"
 # the recipe as this experiment and the placement experiment ran it (RECIPE trains longer: tools/longer_run.py)
-RECIPE_14 = replace(RECIPE, epochs=14, model=replace(RECIPE.model, dropout=0.1))
+RECIPE_14 = replace(RECIPE, epochs=14, cooldown=0, model=replace(RECIPE.model, dropout=0.1))
 FP32_RUN = ROOT / "annotated_transformer" / "pretrained" / "results_14_epochs.json"  # that length's fp32 run
 
 
