@@ -27,7 +27,7 @@ from .train import TrainConfig, train
 # %% ../nbs/14_pretrained.ipynb #f6b088f0
 RECIPE = TrainConfig(out_dir="runs/multi30k", subwords=8000,  # one shared BPE vocabulary, so the embeddings are tied
                      model=ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.2),
-                     min_freq=2, max_tokens=2500, epochs=30, warmup=800, smoothing=0.1, seed=0)
+                     min_freq=2, max_tokens=2500, epochs=38, cooldown=8, warmup=800, smoothing=0.1, seed=0)
 AVERAGE_LAST = 5  # epoch checkpoints averaged into a candidate for the shipped model
 
 def hardware() -> str:

@@ -244,11 +244,14 @@ def test_the_recipe_commands_are_the_recipe():
              "nbs/14_pretrained.ipynb": "".join("".join(c["source"]) for c in json.loads(
                  (ROOT / "nbs" / "14_pretrained.ipynb").read_text())["cells"])}
     for name, text in texts.items():
-        found = re.findall(r"annotated-transformer train --out-dir runs/multi30k --warmup (\d+) --epochs (\d+) --dropout ([\d.]+)", text)
+        found = re.findall(r"annotated-transformer train --out-dir runs/multi30k --warmup (\d+) --epochs (\d+)"
+                           r"(?: --cooldown (\d+))? --dropout ([\d.]+)", text)
         assert found, f"{name}: no recipe command"
-        assert all((int(w), int(e), float(d)) == (RECIPE.warmup, RECIPE.epochs, RECIPE.model.dropout) for w, e, d in found), (name, found)
+        assert all((int(w), int(e), int(c or 0), float(d)) == (RECIPE.warmup, RECIPE.epochs, RECIPE.cooldown, RECIPE.model.dropout)
+                   for w, e, c, d in found), (name, found)
     from annotated_transformer.train import TrainConfig  # every other setting of the recipe is the command's default
     differ = [k for k, v in asdict(replace(RECIPE, out_dir="runs/multi30k", warmup=TrainConfig().warmup, epochs=TrainConfig().epochs,
+                                             cooldown=TrainConfig().cooldown,
                                              model=replace(RECIPE.model, dropout=TrainConfig().model.dropout))).items()
               if v != asdict(TrainConfig(out_dir="runs/multi30k"))[k]]
     assert not differ, differ
