@@ -101,7 +101,7 @@ def planned_steps(sampler: TokenBucketSampler,  # the training batches
     current, steps = sampler.epoch, []
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
-        steps.append(len(sampler) // accum_iter)
+        steps.append(math.ceil(len(sampler) / accum_iter))  # `train_epoch` applies a last, partial accumulation too
     sampler.set_epoch(current)
     return steps
 
@@ -242,18 +242,24 @@ def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
     return {k: str(Path(v).resolve()) if k in ("out_dir", "data_dir", "corpus_dir") and v else v for k, v in settings.items()}
 
-def _prepare_out_dir(out: Path, cfg: TrainConfig) -> None:
+def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the settings of the run to resume, if any
     "Create the run folder, put back checkpoints an interrupted save left aside, refuse a run made with other settings."
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "train_config.json"
     for message in recover_folders(out):  # a crash in the middle of saving a checkpoint
         print(message)
-    if (out / "last").exists() and saved.exists():
-        before, now = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
-        changed = {k for k in before if k not in ("epochs", "cooldown", "max_steps") and before[k] != now.get(k)}
-        if changed:
-            raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
-                             "use another out_dir or the same settings to resume")
+    if not ((out / "last").exists() and saved.exists()):
+        return None
+    before, now = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
+    changed = {k for k in before if k not in ("epochs", "cooldown", "max_steps") and before[k] != now.get(k)}
+    if changed:
+        raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
+                         "use another out_dir or the same settings to resume")
+    return before
+
+def _cooldown_start(steps: list[int], epochs: int, cooldown: int) -> float:
+    "The step where a cooldown of `cooldown` epochs begins (infinity without one), from `planned_steps`."
+    return sum(steps[:epochs - cooldown]) if cooldown else math.inf
 
 def _save_settings(out: Path, cfg: TrainConfig) -> None:
     "Write train_config.json (atomically), once everything was checked: a refused run changes no file."
@@ -307,8 +313,7 @@ def train(cfg: TrainConfig,  # the run's settings
     info = setup_distributed(device)
     out, talk = Path(cfg.out_dir), progress and info.is_main
     with run_lock(out, info.is_main), stop_on_signals(info) as stop:
-        if info.is_main:
-            _prepare_out_dir(out, cfg)
+        resumed = _prepare_out_dir(out, cfg) if info.is_main else None  # the settings the run was saved with
         if info.world_size > 1:
             dist.barrier()  # the other ranks read what rank 0 may have just recovered
         data = data if data is not None else _load_data(cfg, out, talk)
@@ -327,9 +332,13 @@ def train(cfg: TrainConfig,  # the run's settings
         model = speed_up(build_model(model_config))
         model = model.to(info.device)
         optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
+        steps = planned_steps(sampler, max(cfg.epochs, (resumed or {}).get("epochs", 0)), cfg.accum_iter)
+        start = _cooldown_start(steps, cfg.epochs, cfg.cooldown)
+        if start < cfg.warmup:
+            raise ValueError(f"a cooldown of {cfg.cooldown} epochs would begin at step {start}, inside the warmup of "
+                             f"{cfg.warmup} steps: use fewer --cooldown epochs or more --epochs")
         if cfg.cooldown:  # the last `cooldown` epochs take the rate down to 0 in a straight line
-            steps = planned_steps(sampler, cfg.epochs, cfg.accum_iter)
-            start, end = sum(steps[:cfg.epochs - cfg.cooldown]), sum(steps)
+            end = sum(steps[:cfg.epochs])
             scheduler = LambdaLR(optimizer, lambda step: cooled_rate(step, model.config.d_model, cfg.factor, cfg.warmup,
                                                                      start, end))
         loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)))
@@ -344,6 +353,12 @@ def train(cfg: TrainConfig,  # the run's settings
                 print(f"resuming from {out / 'last'} at step {state.step}: epoch {saved['epoch'] + 2}, "
                       f"{saved.get('batches_done', 0)} batches into it")
         start_epoch, best = saved["epoch"] + 1, saved.get("best", -math.inf)  # best: val BLEU (or minus val loss) so far
+        if resumed and (resumed["epochs"], resumed.get("cooldown", 0)) != (cfg.epochs, cfg.cooldown):
+            began = min(start, _cooldown_start(steps, resumed["epochs"], resumed.get("cooldown", 0)))
+            if state.step > began:  # the rate has left equation 3 (or would now): a new schedule would make it jump
+                raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({began}): "
+                                 f"resume it with --epochs {resumed['epochs']} --cooldown {resumed.get('cooldown', 0)}, "
+                                 "as it was started")
         if start_epoch >= cfg.epochs and talk:
             print(f"the run in {out} has already finished its {cfg.epochs} epochs; to train longer, run it again "
                   f"with a larger --epochs (the checkpoints are in {out})")

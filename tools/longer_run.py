@@ -10,10 +10,11 @@ the recipe with seed 0 say how much longer to train:
   (`TrainConfig.cooldown`). It starts as a copy of the dropout-0.2 run at its last epoch: the schedule with a
   cooldown equals equation 3 until the cooldown starts, so its first 30 epochs are that run's.
 
-The schedule of section 5.3 depends on the step only, so the first k epochs of any run are a run of k epochs.
-For every epoch e of each run from AVERAGE_LAST on, this script averages the checkpoints of epochs
-e-AVERAGE_LAST+1 .. e, as `build_pretrained` makes its candidate, and scores the average by greedy BLEU on the
-validation split: what would ship if the run stopped at epoch e. The test sets are not used.
+The schedule of section 5.3 depends on the step only, so the first k epochs of the first two runs are a run of k epochs.
+For every epoch e of each run from AVERAGE_LAST on (of the cooldown run: from its first cooldown epoch), this script
+averages the checkpoints of epochs e-AVERAGE_LAST+1 .. e, as `build_pretrained` makes its candidate, and scores the
+average by greedy BLEU on the validation split: for the first two runs, what would ship if the run stopped at epoch e.
+The test sets are not used.
 
     python tools/longer_run.py run --runs-dir runs/longer       # trains what is missing (resumes after a stop)
     python tools/longer_run.py collect --runs-dir runs/longer   # writes annotated_transformer/pretrained/longer.json
@@ -61,8 +62,8 @@ def continue_from(finished_run: Path, cfg: TrainConfig) -> None:
     out = Path(cfg.out_dir)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    top_level = lambda folder, names: [n for n in names if folder == str(finished_run)  # last/, logs and averages: not linked
-                                       and (n == "last" or n.startswith("avg") or n.endswith((".json", ".jsonl")))]
+    top_level = lambda folder, names: [n for n in names if folder == str(finished_run)  # last/, logs, averages, lock: not linked
+                                       and (n in ("last", ".lock") or n.startswith("avg") or n.endswith((".json", ".jsonl")))]
     shutil.copytree(finished_run, tmp, copy_function=os.link, ignore=top_level)
     shutil.copytree(finished_run / "last", tmp / "last")
     shutil.copy(finished_run / "history.jsonl", tmp / "history.jsonl")  # appended to: a copy, not a link
