@@ -332,7 +332,10 @@ def train(cfg: TrainConfig,  # the run's settings
         model = speed_up(build_model(model_config))
         model = model.to(info.device)
         optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
-        steps = planned_steps(sampler, max(cfg.epochs, (resumed or {}).get("epochs", 0)), cfg.accum_iter)
+        saved_schedule = (resumed["epochs"], resumed.get("cooldown", 0)) if resumed else (cfg.epochs, cfg.cooldown)
+        # only a cooldown needs the run's length in steps (counting them cuts every epoch's batches: a second at start-up)
+        steps = planned_steps(sampler, max(cfg.epochs, saved_schedule[0]), cfg.accum_iter) \
+            if cfg.cooldown or saved_schedule[1] else []
         start = _cooldown_start(steps, cfg.epochs, cfg.cooldown)
         if start < cfg.warmup:
             raise ValueError(f"a cooldown of {cfg.cooldown} epochs would begin at step {start}, inside the warmup of "
@@ -353,11 +356,11 @@ def train(cfg: TrainConfig,  # the run's settings
                 print(f"resuming from {out / 'last'} at step {state.step}: epoch {saved['epoch'] + 2}, "
                       f"{saved.get('batches_done', 0)} batches into it")
         start_epoch, best = saved["epoch"] + 1, saved.get("best", -math.inf)  # best: val BLEU (or minus val loss) so far
-        if resumed and (resumed["epochs"], resumed.get("cooldown", 0)) != (cfg.epochs, cfg.cooldown):
-            began = min(start, _cooldown_start(steps, resumed["epochs"], resumed.get("cooldown", 0)))
+        if saved_schedule != (cfg.epochs, cfg.cooldown):
+            began = min(start, _cooldown_start(steps, *saved_schedule))
             if state.step > began:  # the rate has left equation 3 (or would now): a new schedule would make it jump
                 raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({began}): "
-                                 f"resume it with --epochs {resumed['epochs']} --cooldown {resumed.get('cooldown', 0)}, "
+                                 f"resume it with --epochs {saved_schedule[0]} --cooldown {saved_schedule[1]}, "
                                  "as it was started")
         if start_epoch >= cfg.epochs and talk:
             print(f"the run in {out} has already finished its {cfg.epochs} epochs; to train longer, run it again "
