@@ -1,4 +1,4 @@
-"""The translation system of the data, training, decoding and evaluation chapters, trained for real: the recipe, the hardware and the time it took, test2016 BLEU for greedy decoding and beam search, experiments (how long to train, an ablation, bf16 against fp32, the paper's post-norm against pre-norm), translations, the attention of a trained model, and `load_trained_model()`.
+"""The translation system of the data, training, decoding and evaluation chapters, trained for real: the recipe, the hardware and the time it took, test2016 BLEU for greedy decoding and beam search, experiments (how long to train, an ablation, bf16 against fp32, the paper's post-norm against pre-norm, the length penalty), translations, the attention of a trained model, and `load_trained_model()`.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.html.md"""
 
@@ -12,6 +12,7 @@ __all__ = ['RECIPE', 'AVERAGE_LAST', 'hardware', 'export_pretrained', 'measure_b
 import json
 import os
 import platform
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -92,17 +93,18 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
             last_checkpoints(run, average_last), run / f"avg{average_last}")  # vocabularies too
     chosen, val_scores = choose_on_val(candidates, recipe.data_dir, device)
     history = _history(run)
-    translator = Translator.from_checkpoint(candidates[chosen], device)
-    results = {"recipe": {k: v for k, v in asdict(recipe).items() if k not in ("out_dir", "data_dir")},
-               "checkpoint": chosen, "candidates_val_bleu_greedy": val_scores,
-               "parameters": sum(p.numel() for p in translator.model.parameters()),
-               "vocabularies": {"kind": "shared BPE" if translator.src_vocab is translator.tgt_vocab else "words",
-                                "de": len(translator.src_vocab), "en": len(translator.tgt_vocab)},
-               "tied_embeddings": bool(translator.model.config.tie_embeddings),
-               "hardware": hardware(), "torch": torch.__version__, "epochs": len(history),
-               "train_hours": round(sum(r["seconds"] for r in history) / 3600, 2), "history": history,
-               "val": measure_bleu(translator, "val", recipe.data_dir),
-               "test2016": measure_bleu(translator, "test", recipe.data_dir)}
+    with tempfile.TemporaryDirectory() as tmp:  # the scores are those of the weights as they ship, rounded to float16
+        translator = Translator.from_checkpoint(export_pretrained(candidates[chosen], Path(tmp) / "model"), device)
+        results = {"recipe": {k: v for k, v in asdict(recipe).items() if k not in ("out_dir", "data_dir")},
+                   "checkpoint": chosen, "candidates_val_bleu_greedy": val_scores,
+                   "parameters": sum(p.numel() for p in translator.model.parameters()),
+                   "vocabularies": {"kind": "shared BPE" if translator.src_vocab is translator.tgt_vocab else "words",
+                                    "de": len(translator.src_vocab), "en": len(translator.tgt_vocab)},
+                   "tied_embeddings": bool(translator.model.config.tie_embeddings),
+                   "hardware": hardware(), "torch": torch.__version__, "epochs": len(history),
+                   "train_hours": round(sum(r["seconds"] for r in history) / 3600, 2), "history": history,
+                   "val": measure_bleu(translator, "val", recipe.data_dir),
+                   "test2016": measure_bleu(translator, "test", recipe.data_dir)}
     return export_pretrained(candidates[chosen], Path(out) if out else shipped_model_dir(), results)
 
 def load_trained_model(path: str | Path | None = None,  # a folder written by `build_pretrained` (default: the shipped one)

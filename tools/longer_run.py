@@ -1,17 +1,19 @@
 """How long to train, and with how much dropout: the recipe's runs on val, epoch by epoch, each epoch alone and averaged.
 
 The recipe of 14 epochs with dropout 0.1 (`RECIPE_14`; the results.json of its model is kept as
-annotated_transformer/pretrained/results_14_epochs.json) was still gaining on val at its last epoch. Two runs of
+annotated_transformer/pretrained/results_14_epochs.json) was still gaining on val at its last epoch. Four runs of
 the recipe with seed 0 say how much longer to train:
 
 * dropout 0.1, trained on one epoch at a time until its validation loss has not improved for PATIENCE epochs;
 * dropout 0.2, for 30 epochs: more regularisation for a longer run;
 * the dropout-0.2 run continued for COOLDOWN more epochs in which the learning rate falls in a straight line to 0
   (`TrainConfig.cooldown`). It starts as a copy of the dropout-0.2 run at its last epoch: the schedule with a
-  cooldown equals equation 3 until the cooldown starts, so its first 30 epochs are that run's.
+  cooldown equals equation 3 until the cooldown starts, so its first 30 epochs are that run's;
+* the control: the dropout-0.2 run continued for the same COOLDOWN epochs on equation 3 alone, so that the cooldown
+  run is compared with a run of as many epochs, not only with a shorter one.
 
 The schedule of section 5.3 depends on the step only, so the first k epochs of the first two runs are a run of k epochs.
-For every epoch e of each run from AVERAGE_LAST on (of the cooldown run: from its first cooldown epoch), this script
+For every epoch e of each run from AVERAGE_LAST on (of the last two: from their first epoch after the copy), this script
 averages the checkpoints of epochs e-AVERAGE_LAST+1 .. e, as `build_pretrained` makes its candidate, and scores the
 average by greedy BLEU on the validation split: for the first two runs, what would ship if the run stopped at epoch e.
 The test sets are not used.
@@ -19,7 +21,7 @@ The test sets are not used.
     python tools/longer_run.py run --runs-dir runs/longer       # trains what is missing (resumes after a stop)
     python tools/longer_run.py collect --runs-dir runs/longer   # writes annotated_transformer/pretrained/longer.json
 
-RECIPE is one of the last two runs. The shipped model is `build_pretrained(RECIPE)` with out_dir set to that run's
+RECIPE is one of the last three runs. The shipped model is `build_pretrained(RECIPE)` with out_dir set to that run's
 folder (the trained-model chapter): build_pretrained resumes it (finding it finished), chooses between its best
 epoch and its averaged last epochs on val, and writes the shipped model.
 """
@@ -45,16 +47,19 @@ from precision_run import RECIPE_14  # noqa: E402 (tools/precision_run.py)
 
 PATIENCE = 7  # the dropout-0.1 run stops once its validation loss has not improved for this many epochs
 COOLDOWN = 8  # epochs added to the dropout-0.2 run, with the rate falling to 0
-KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "seconds")
+CONTINUED = ("dropout02_cooldown", "dropout02_control")  # copies of the finished dropout-0.2 run, trained COOLDOWN epochs on
+KEEP = ("epoch", "step", "train_loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "seconds")
 
 
 def configs(runs_dir: Path) -> dict:
-    "{folder: TrainConfig} of the three runs (the dropout-0.1 run's epochs grow one at a time)."
+    "{folder: TrainConfig} of the four runs (the dropout-0.1 run's epochs grow one at a time)."
     dropout02 = replace(RECIPE, epochs=RECIPE.epochs - RECIPE.cooldown, cooldown=0, out_dir=str(runs_dir / "dropout02"))
     return {"dropout01": replace(RECIPE_14, out_dir=str(runs_dir / "dropout01")),
             "dropout02": dropout02,
             "dropout02_cooldown": replace(dropout02, epochs=dropout02.epochs + COOLDOWN, cooldown=COOLDOWN,
-                                          out_dir=str(runs_dir / "dropout02_cooldown"))}
+                                          out_dir=str(runs_dir / "dropout02_cooldown")),
+            "dropout02_control": replace(dropout02, epochs=dropout02.epochs + COOLDOWN,
+                                         out_dir=str(runs_dir / "dropout02_control"))}
 
 
 def continue_from(finished_run: Path, cfg: TrainConfig) -> None:
@@ -82,12 +87,13 @@ def patience_left(records: list[dict]) -> bool:
 
 
 def run(runs_dir: Path) -> None:
-    "The dropout-0.2 run, then its cooldown; the dropout-0.1 run on, an epoch at a time, while its loss improves."
+    "The dropout-0.2 run, its cooldown and its control; the dropout-0.1 run on, an epoch at a time, while its loss improves."
     cfgs = configs(runs_dir)
     train(cfgs["dropout02"])
-    if not Path(cfgs["dropout02_cooldown"].out_dir).exists():
-        continue_from(Path(cfgs["dropout02"].out_dir), cfgs["dropout02_cooldown"])
-    train(cfgs["dropout02_cooldown"])
+    for name in CONTINUED:
+        if not Path(cfgs[name].out_dir).exists():
+            continue_from(Path(cfgs["dropout02"].out_dir), cfgs[name])
+        train(cfgs[name])
     d01 = cfgs["dropout01"]
     while True:
         records = finished(Path(d01.out_dir))
@@ -119,8 +125,9 @@ def collect(runs_dir: Path) -> dict:
         if differ or len(records) < cfg.epochs or (name == "dropout01" and patience_left(records)):
             raise SystemExit(f"{folder} is not a finished run of its configuration (differs in {differ or 'nothing'}, "
                              f"{len(records)} epochs): run `python tools/longer_run.py run` first")
-        first = cfg.epochs - cfg.cooldown + 1 if cfg.cooldown else AVERAGE_LAST  # a cooldown run: only its own epochs
-        runs.append({"dropout": cfg.model.dropout, "epochs": len(records), "cooldown": cfg.cooldown,
+        first = cfg.epochs - COOLDOWN + 1 if name in CONTINUED else AVERAGE_LAST  # a continued run: only its own epochs
+        runs.append({"name": name, "continues": "dropout02" if name in CONTINUED else None,
+                     "dropout": cfg.model.dropout, "epochs": len(records), "cooldown": cfg.cooldown,
                      "history": [{k: r[k] for k in KEEP} for r in records],
                      f"average_of_last_{AVERAGE_LAST}": averaged_curve(folder, len(records), first)})
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch", "average_last": AVERAGE_LAST,
