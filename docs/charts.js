@@ -1,8 +1,8 @@
 // Charts that fit their column and follow the colour theme. Loaded after the Vega bundle, only on pages with
 // charts. The charts saved in the notebooks call the global `vegaEmbed(element, spec, options)`; this wraps it:
 //   * the chart is drawn, measured, and drawn again smaller while it is wider than its column: a single view
-//     gets a narrower plot (heatmaps keep their cell shape), a row of views wraps into a grid, and on a narrow
-//     column legends move under the plot and long titles wrap;
+//     gets a narrower plot (heatmaps keep their cell shape), a column of views narrows each view, a row of views
+//     wraps into a grid, and on a narrow column legends move under the plot and long titles wrap;
 //   * line charts answer the pointer anywhere near the line: the nearest point is highlighted and its tooltip
 //     shown (the bare line is only 2 px to hover);
 //   * in the dark theme the chart is drawn in light ink on a transparent background, with a dark tooltip;
@@ -79,6 +79,10 @@
       if (excess > 0) views.forEach(function (v) { scaleUnit(v, excess); });
       return s;
     }
+    if (s.vconcat) {  // a column of views: each spans the width, so each gives up the whole excess
+      s.vconcat.forEach(function (v) { scaleUnit(v, over); });
+      return s;
+    }
     scaleUnit(s, over);
     return s;
   }
@@ -94,7 +98,9 @@
   function prepare(spec, avail) {
     let s = clone(spec);
     s.config = Object.assign({}, s.config);
-    if (s.hconcat) s.hconcat = s.hconcat.map(nearestHover); else s = Object.assign(nearestHover(s), {config: s.config});
+    if (s.hconcat) s.hconcat = s.hconcat.map(nearestHover);
+    else if (s.vconcat) s.vconcat = s.vconcat.map(nearestHover);
+    else s = Object.assign(nearestHover(s), {config: s.config});
     if (avail < 560) {
       // under the plot, as many columns of entries as fit (a gradient legend lies flat)
       s.config.legend = Object.assign({orient: "bottom", direction: "horizontal", columns: Math.max(1, Math.floor(avail / 190)),

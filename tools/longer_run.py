@@ -12,10 +12,11 @@ the recipe with seed 0 say how much longer to train:
 * the control: the dropout-0.2 run continued for the same COOLDOWN epochs on equation 3 alone, so that the cooldown
   run is compared with a run of as many epochs, not only with a shorter one.
 
-The schedule of section 5.3 depends on the step only, so the first k epochs of the first two runs are a run of k epochs.
+The schedule of section 5.3 depends on the step only, so the first k epochs of a run on it are a run of k epochs.
 For every epoch e of each run from AVERAGE_LAST on (of the last two: from their first epoch after the copy), this script
 averages the checkpoints of epochs e-AVERAGE_LAST+1 .. e, as `build_pretrained` makes its candidate, and scores the
-average by greedy BLEU on the validation split: for the first two runs, what would ship if the run stopped at epoch e.
+average by greedy BLEU on the validation split: for every run but the cooldown, what would ship if the run stopped at
+epoch e.
 The test sets are not used.
 
     python tools/longer_run.py run --runs-dir runs/longer       # trains what is missing (resumes after a stop)
@@ -46,8 +47,8 @@ from annotated_transformer.train import TrainConfig, train  # noqa: E402
 from precision_run import RECIPE_14  # noqa: E402 (tools/precision_run.py)
 
 PATIENCE = 7  # the dropout-0.1 run stops once its validation loss has not improved for this many epochs
-COOLDOWN = 8  # epochs added to the dropout-0.2 run, with the rate falling to 0
-CONTINUED = ("dropout02_cooldown", "dropout02_control")  # copies of the finished dropout-0.2 run, trained COOLDOWN epochs on
+COOLDOWN = 8  # epochs added to the dropout-0.2 run by each continued run (the cooldown run's rate falls to 0 over them)
+CONTINUED = ("dropout02_cooldown", "dropout02_control")  # copies of the finished dropout-0.2 run, then COOLDOWN more epochs
 KEEP = ("epoch", "step", "train_loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "seconds")
 
 
