@@ -167,6 +167,7 @@ def run_lock(out: Path,  # the run folder
     if not enabled:
         yield
         return
+    created = not out.exists()  # a run refused in a folder it made takes the folder away again
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".lock", "a+") as f:
         f.seek(0)
@@ -183,6 +184,12 @@ def run_lock(out: Path,  # the run folder
             yield
         finally:
             f.seek(0); f.truncate(); f.flush()
+            if created and os.listdir(out) == [".lock"]:  # nothing but the lock was written: the run was refused
+                (out / ".lock").unlink()  # still locked: a run that opened it meanwhile is turned away, not orphaned
+                try:
+                    out.rmdir()
+                except OSError:  # another run has just created the folder again: it is that run's now
+                    pass
             fcntl.flock(f, fcntl.LOCK_UN)
 
 @contextmanager
