@@ -81,9 +81,11 @@ def matrix_frame(matrix: torch.Tensor,  # (rows, cols)
                          "col_label": [col_labels[j] for j in c.flatten().tolist()],
                          "value": [round(v, 6) for v in m.flatten().tolist()]})
 
-def _label_expr(labels: list[str]) -> str:
+def _label_expr(labels: list[str],  # one name per position
+                field: str = "value",  # the field holding the position ("value" in an axis's labelExpr)
+                ) -> str:
     "Vega expression mapping a position on an axis to its token."
-    return f"{json.dumps([str(t) for t in labels])}[datum.value]"
+    return f"{json.dumps([str(t) for t in labels])}[datum.{field}]"
 
 def heatmap(matrix: torch.Tensor,  # (rows, cols)
             row_labels: list[str] | None = None,  # y-axis labels, one per row
@@ -100,14 +102,16 @@ def heatmap(matrix: torch.Tensor,  # (rows, cols)
     rows, cols = int(df.row.max()) + 1, int(df.col.max()) + 1
     rl = list(df.drop_duplicates("row").sort_values("row").row_label)
     cl = list(df.drop_duplicates("col").sort_values("col").col_label)
+    names = {"row_label": _label_expr(rl, "row"), "col_label": _label_expr(cl, "col")}  # looked up in the browser
     if categories is not None:  # a boolean matrix: two colours and a legend with two names, not a colour ramp
-        df["category"] = [categories[int(v)] for v in df.value]
+        names["category"] = _label_expr(list(categories), "value")
         color = alt.Color("category:N", title=value_title, scale=alt.Scale(domain=list(categories), range=["#eef3f9", "#2c6fb7"]))
         value_tip = alt.Tooltip("category:N", title=value_title)
     else:
         color = alt.Color("value:Q", title=value_title, scale=alt.Scale(scheme=scheme))
         value_tip = alt.Tooltip("value:Q", title=value_title, format=".4f")
-    return alt.Chart(df, title=title).mark_rect().encode(
+    cells = df[["row", "col", "value"]]  # numbers only: each token is written once (in `names`), not once per cell
+    return alt.Chart(cells, title=title).transform_calculate(**names).mark_rect().encode(
         x=alt.X("col:O", title=col_title, axis=alt.Axis(labelExpr=_label_expr(cl), labelAngle=-45)),
         y=alt.Y("row:O", title=row_title, axis=alt.Axis(labelExpr=_label_expr(rl))),
         color=color,
