@@ -191,38 +191,44 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
     "Summed label-smoothed KL loss of softmax(x W^T + b), with gradients computed chunk by chunk in forward."
     @staticmethod
     def forward(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size):
-        # Everything inside runs in float32, whatever autocast the caller has on: under autocast the
-        # matrix products below would come out in bf16/fp16 and the in-place accumulations (`addmm_`, `+=`),
-        # which autocast does not touch, would then mix dtypes.
-        with torch.autocast(x.device.type, enabled=False):
-            return _FusedProjectionLabelSmoothing._forward_fp32(
-                ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size)
+        # The three matrix products run in bf16 when the caller has bf16 autocast on, as autocast would run the
+        # output layer's forward and backward; softmax, loss and the sums over chunks stay in float32. Under fp16
+        # autocast they stay in float32 too: the gradient p - t is computed here before the loss scaler
+        # multiplies it (in `backward`), and its small entries would underflow in fp16.
+        device = x.device.type
+        bf16 = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+        with torch.autocast(device, enabled=False):  # dtypes are chosen explicitly below
+            return _FusedProjectionLabelSmoothing._forward_chunks(
+                ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size,
+                torch.bfloat16 if bf16 else torch.float32)
 
     @staticmethod
-    def _forward_fp32(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size):
+    def _forward_chunks(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size, mm_dtype):
         # x: (tokens, d_model); weight: (V, d_model); bias: (V,); target: (tokens,), padding rows weigh 0.
         # Every update below is out of place: under torch.compile, PyTorch 2.11 lost in-place updates made in
         # here and every gradient came out zero (06's compiled-step test caught it on that version).
         V = weight.size(0)
         const = _xlogx(confidence) + (V - 2) * _xlogx(smoothing_each)  # sum_j t log t per row
-        w32, b32 = weight.float(), bias.float()
+        w, b = weight.to(mm_dtype), bias.to(mm_dtype)  # (V, d_model), (V,)
         smooth_row = (torch.arange(V, device=x.device) != padding_idx).float() * smoothing_each  # (V,): 0 at padding
+        gold_lift = torch.full((chunk_size, 1), smoothing_each - confidence, device=x.device)  # t at gold: e -> c
         grad_x = []  # per chunk, (c, d_model)
-        grad_w, grad_b = torch.zeros_like(w32), torch.zeros_like(b32)  # (V, d_model), (V,): summed over chunks
+        grad_w = torch.zeros(weight.shape, device=x.device)  # (V, d_model), float32: summed over chunks
+        grad_b = torch.zeros(bias.shape, device=x.device)  # (V,)
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
         for xc, yc in zip(x.split(chunk_size), target.split(chunk_size)):  # (c, d), (c,): c <= chunk_size
-            xc = xc.float()
-            real = (yc != padding_idx).float().unsqueeze(1)  # (c, 1): 1 for a real token, 0 for padding
-            z = torch.addmm(b32, xc, w32.t())  # logits (c, V)
+            xc, yc = xc.to(mm_dtype), yc.unsqueeze(1)  # (c, d), (c, 1)
+            real = (yc != padding_idx).to(mm_dtype)  # (c, 1): 1 for a real token, 0 for padding
+            z = torch.addmm(b, xc, w.t()).float()  # logits (c, V)
             lse = z.logsumexp(dim=1, keepdim=True)  # (c, 1)
-            gold = z.gather(1, yc.unsqueeze(1)) - lse  # log p(gold), (c, 1)
+            gold = z.gather(1, yc) - lse  # log p(gold), (c, 1)
             others = z.sum(1, keepdim=True) - z[:, padding_idx:padding_idx + 1] - (gold + lse) - (V - 2) * lse
-            loss = loss + (real * (const - confidence * gold - smoothing_each * others)).sum()
-            t = smooth_row.expand_as(z).scatter(1, yc.unsqueeze(1), confidence)  # target distribution (c, V)
-            g = ((z - lse).exp() - t) * real  # gradient at the logits, p - t; padding rows: no loss, no gradient
-            grad_x.append((g @ w32).to(x.dtype))
-            grad_w = grad_w + g.t() @ xc
-            grad_b = grad_b + g.sum(0)
+            loss = loss + (real.float() * (const - confidence * gold - smoothing_each * others)).sum()
+            # gradient at the logits: p - t, with t = e everywhere but c at the gold id and 0 at padding
+            g = (z.softmax(dim=1) - smooth_row).scatter_add(1, yc, gold_lift[: len(yc)]).to(mm_dtype)  # (c, V)
+            grad_x.append(((g @ w) * real).to(x.dtype))  # padding rows: no loss, no gradient
+            grad_w = grad_w + (g.t() @ (xc * real)).float()
+            grad_b = grad_b + (g.t() @ real).float().squeeze(1)
         ctx.save_for_backward(torch.cat(grad_x), grad_w.to(weight.dtype), grad_b.to(bias.dtype))
         return loss
 
