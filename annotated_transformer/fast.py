@@ -40,9 +40,17 @@ def masked_score(dtype: torch.dtype) -> float:
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 class FastMultiHeadedAttention(MultiHeadedAttention):
-    "`MultiHeadedAttention` whose heads attend through `F.scaled_dot_product_attention`; keeps no weights."
+    "`MultiHeadedAttention` that keeps no weights: `F.scaled_dot_product_attention`, or equation 1 written out to train on a CPU."
     def attend(self, q, k, v, mask):  # q: (batch, h, queries, d_k); k, v: (batch, h, keys, d_k)
         self.attn = None
+        if q.device.type == "cpu" and torch.is_grad_enabled():  # a CPU training pass: the steps written out are faster
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (batch, h, queries, keys); bf16 under autocast
+            if mask is not None:
+                scores = scores.masked_fill(mask == 0, masked_score(scores.dtype))
+            weights = scores.float().softmax(dim=-1)  # float32: on the CPU faster than a bf16 softmax, and exact
+            if self.training and self.dropout.p > 0:
+                weights = _Dropout.apply(weights, self.dropout.p)  # masks from `dropout_mask` (defined below)
+            return weights.to(v.dtype) @ v  # (batch, h, queries, d_k)
         if mask is not None:  # boolean (batch, 1, queries or 1, keys) -> additive, in the scores' dtype
             mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(mask == 0, masked_score(q.dtype))
         with sdpa_kernel(GPU_ATTENTION_KERNELS) if q.is_cuda else nullcontext():
