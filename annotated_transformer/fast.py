@@ -119,11 +119,11 @@ class _ReluDropout(torch.autograd.Function):
     "dropout(relu(h)) that stores only its output for the backward pass."
     @staticmethod
     def forward(ctx, h, p: float):
-        out = h.relu()
-        scale = 1.0
         if p > 0:
-            dropped, scale = dropout_mask(out.shape, p, out.device)
-            out.masked_fill_(dropped, 0.0).mul_(scale)
+            dropped, scale = dropout_mask(h.shape, p, h.device)
+            out = h.masked_fill(dropped, 0.0).relu_().mul_(scale)
+        else:
+            out, scale = h.relu(), 1.0
         ctx.scale = scale
         ctx.save_for_backward(out)
         return out
@@ -131,7 +131,8 @@ class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         (out,) = ctx.saved_tensors
-        return grad_out * (out > 0) * ctx.scale, None
+        grad = grad_out * ctx.scale if ctx.scale != 1.0 else grad_out
+        return torch.ops.aten.threshold_backward(grad, out, 0), None  # grad where out > 0, else 0: one pass
 
 # %% ../nbs/06_fast.ipynb #52deec9f
 class FastFeedForward(PositionwiseFeedForward):
@@ -144,26 +145,27 @@ class FastFeedForward(PositionwiseFeedForward):
 
 # %% ../nbs/06_fast.ipynb #5b54c5c6
 class _LayerNormFunction(torch.autograd.Function):
-    "a * (x - mean) / (std + eps) + b with a backward pass that stores only x and per-row statistics."
+    "a * (x - mean) / (std + eps) + b with a backward pass that stores only x_hat and per-row statistics."
     @staticmethod
     def forward(ctx, x, a, b, eps):
-        std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # (..., 1) each, unbiased std
-        denom = std + eps  # D
-        ctx.save_for_backward(x, a, mean, denom, std)
-        return torch.addcmul(b, a, (x - mean) / denom)
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True)  # (..., 1) each, unbiased variance
+        std = var.sqrt()  # sigma
+        inv = 1 / (std + eps)  # 1 / D
+        x_hat = (x - mean).mul_(inv)  # (..., n)
+        ctx.save_for_backward(x_hat, a, inv, std)
+        return torch.addcmul(b, x_hat, a)
 
     @staticmethod
-    def backward(ctx, grad_out):
-        x, a, mean, denom, std = ctx.saved_tensors
-        n = x.size(-1)
-        d = x - mean  # (..., n)
-        x_hat = d / denom
-        lead = tuple(range(x.dim() - 1))
-        grad_a = (grad_out * x_hat).sum(lead)
-        grad_b = grad_out.sum(lead)
-        g = grad_out * a  # gradient at x_hat
-        gd = (g * d).sum(-1, keepdim=True)  # sum_k g_k d_k, (..., 1)
-        grad_x = (g - g.mean(-1, keepdim=True)) / denom - d * (gd / (denom.square() * (n - 1) * std.clamp_min(1e-30)))
+    def backward(ctx, grad_out):  # (..., n)
+        x_hat, a, inv, std = ctx.saved_tensors
+        n = x_hat.size(-1)
+        lead = tuple(range(x_hat.dim() - 1))
+        dy_x_hat = grad_out * x_hat  # (..., n): its sum over rows is a's gradient; over features, weighted by a, sum_k g_k x_hat_k
+        grad_a, grad_b = dy_x_hat.sum(lead), grad_out.sum(lead)
+        g_dot_x_hat = (dy_x_hat @ a).unsqueeze(-1)  # sum_k g_k x_hat_k, (..., 1)
+        g_mean = (grad_out @ a).unsqueeze(-1) / n  # mean of g = grad_out * a, (..., 1)
+        k = g_dot_x_hat / ((n - 1) * std.clamp_min(1e-30) * inv)  # D sum_k g_k x_hat_k / ((n - 1) sigma)
+        grad_x = torch.addcmul(-g_mean, grad_out, a).addcmul_(x_hat, -k).mul_(inv)  # (g - mean g - k x_hat) / D
         return grad_x, grad_a, grad_b, None
 
 # %% ../nbs/06_fast.ipynb #d2920ceb
