@@ -148,11 +148,10 @@ class _LayerNormFunction(torch.autograd.Function):
     "a * (x - mean) / (std + eps) + b with a backward pass that stores only x_hat and per-row statistics."
     @staticmethod
     def forward(ctx, x, a, b, eps):
-        var, mean = torch.var_mean(x, dim=-1, keepdim=True)  # (..., 1) each, unbiased variance
-        std = var.sqrt()  # sigma
-        inv = 1 / (std + eps)  # 1 / D
-        x_hat = (x - mean).mul_(inv)  # (..., n)
-        ctx.save_for_backward(x_hat, a, inv, std)
+        std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # (..., 1) each, unbiased std
+        denom = std + eps  # D
+        x_hat = (x - mean).div_(denom)  # (..., n)
+        ctx.save_for_backward(x_hat, a, 1 / denom, std)
         return torch.addcmul(b, x_hat, a)
 
     @staticmethod
