@@ -44,18 +44,26 @@ class FastMultiHeadedAttention(MultiHeadedAttention):
     def attend(self, q, k, v, mask):  # q: (batch, h, queries, d_k); k, v: (batch, h, keys, d_k)
         self.attn = None
         if q.device.type == "cpu" and torch.is_grad_enabled():  # a CPU training pass: the steps written out are faster
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (batch, h, queries, keys); bf16 under autocast
-            if mask is not None:
-                scores = scores.masked_fill(mask == 0, masked_score(scores.dtype))
-            weights = scores.float().softmax(dim=-1)  # float32: on the CPU faster than a bf16 softmax, and exact
-            if self.training and self.dropout.p > 0:
-                weights = _Dropout.apply(weights, self.dropout.p)  # masks from `dropout_mask` (defined below)
-            return weights.to(v.dtype) @ v  # (batch, h, queries, d_k)
+            return self.attend_written_out(q, k, v, mask)
+        return self.attend_sdpa(q, k, v, mask)
+
+    def attend_sdpa(self, q, k, v, mask):
+        "Equation 1 by `F.scaled_dot_product_attention`, with dropout on the weights while training."
         if mask is not None:  # boolean (batch, 1, queries or 1, keys) -> additive, in the scores' dtype
             mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(mask == 0, masked_score(q.dtype))
         with sdpa_kernel(GPU_ATTENTION_KERNELS) if q.is_cuda else nullcontext():
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                   dropout_p=self.dropout.p if self.training else 0.0)
+
+    def attend_written_out(self, q, k, v, mask):
+        "Equation 1 step by step, as the plain layer computes it, but with a float32 softmax and `dropout_mask`'s masks."
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (batch, h, queries, keys); bf16 under autocast
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, masked_score(scores.dtype))
+        weights = scores.float().softmax(dim=-1)  # float32: on the CPU faster than in bf16, and not rounded
+        if self.training and self.dropout.p > 0:
+            weights = _Dropout.apply(weights, self.dropout.p)  # masks from `dropout_mask` (defined below)
+        return weights.to(v.dtype) @ v  # (batch, h, queries, d_k)
 
 @contextmanager
 def capture_attention(model: nn.Module,  # any module containing attention layers
