@@ -25,11 +25,12 @@ GROUPS = [  # (group, substrings of operator / autograd node names), first match
     ("output layer + label-smoothed loss (fused)", ("_FusedProjectionLabelSmoothing",)),
     ("layer norm (forward and backward)", ("_LayerNormFunction",)),
     ("feed-forward ReLU + dropout", ("_ReluDropout",)),
-    ("dropout (residual and embeddings)", ("_Dropout",)),  # FastDropout's autograd function, before attention's
-    ("attention (scores, mask, softmax, dropout, weighted sum)",
+    # FastDropout's autograd function, which the CPU's written-out attention also applies to its weights
+    ("dropout (residual, embeddings, attention weights)", ("_Dropout",)),
+    ("attention (scores, mask, softmax, weighted sum)",
      ("scaled_dot_product", "attention", "aten::bmm", "BmmBackward", "softmax", "Softmax", "masked_fill", "MaskedFill")),
     ("matrix products of the linear layers", ("aten::mm", "aten::addmm", "aten::linear", "Addmm", "MmBackward")),
-    ("dropout (residual and embeddings)", ("dropout", "bernoulli", "Dropout")),
+    ("dropout (residual, embeddings, attention weights)", ("dropout", "bernoulli", "Dropout")),
     ("casts and copies", ("_to_copy", "aten::copy_", "aten::to", "aten::clone", "aten::contiguous")),
     ("embeddings", ("embedding", "Embedding")),
 ]

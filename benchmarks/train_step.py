@@ -4,9 +4,9 @@ vs torch.nn.Transformer of the same size, on the CPU or on a CUDA GPU.
 One training step = forward + label-smoothed loss + backward + Adam step, on batches of 128 (or
 --batch-sizes) sentence pairs with Multi30k-like lengths and vocabularies of 8000 (source) / 6000 (target).
 
-* (a) fast:     the package as shipped (SDPA attention, output layer fused with the label-smoothed loss,
-                LayerNorm and ReLU+dropout with hand-written backward passes, dropout masks from a quarter of
-                the random bits on the CPU), in --precision (default
+* (a) fast:     the package as shipped (attention by SDPA on a GPU and written out on the CPU, output layer
+                fused with the label-smoothed loss, LayerNorm and ReLU+dropout with hand-written backward passes,
+                dropout masks from a quarter of the random bits on the CPU), in --precision (default
                 'auto', as training uses it: bf16 on a GPU that has it and on a CPU with bf16 matrix units
                 (AMX, AVX512-BF16), else fp16 on older GPUs and fp32 on other CPUs)
 * (b) explicit: the teaching path in fp32 (attention weights materialised and kept, target distribution
@@ -23,8 +23,12 @@ One training step = forward + label-smoothed loss + backward + Adam step, on bat
 On a GPU the timings wait for the GPU (torch.cuda.synchronize) and the memory is the peak of
 torch.cuda.max_memory_allocated during a step above the memory allocated before it.
 
-Speed: the three implementations are interleaved in one process (round robin, the same
-batches, the first-to-run rotating) and the median time per target token of each is reported.
+Speed: each implementation trains in a process of its own, as a training run would: --repeats
+processes each (their order rotating, so that a machine that slows down or speeds up weighs on
+all of them alike), each timing --rounds steps on the same batches after two warm-up steps; the
+median time per target token over all those steps is reported. (In one process shared by all of
+them, the allocator's state left by one implementation changes the next one's time: a step that
+follows a step using less memory must fault fresh pages in.)
 
 Memory: measured in a second process started with MALLOC_MMAP_THRESHOLD_=65536. With the
 threshold fixed, glibc gives every allocation above 64 KiB its own mapping and returns it to
@@ -35,7 +39,7 @@ is the high-water mark of resident memory during the step (Linux: reset through
 loss tensors and gradients, not the weights and Adam state that all three keep anyway.
 Timings are not taken in that process, because an mmap per tensor slows every step.
 
-Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--threads 2]
+Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--repeats 3] [--threads 2]
        python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 [--compile]
        python benchmarks/train_step.py --precision fp32 --compile --torch-masks   (the fp32 file of the docs)
 """
@@ -189,7 +193,7 @@ def measured(step, batch):
 
 
 def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", precision="fp32", batch_size=128):
-    "Median seconds per target token and median peak MB per step of each implementation: {kind: (s/token, MB)}."
+    "Each measured step of each implementation, interleaved in this process: {kind: [(s/token, peak MB), ...]}."
     steps = {k: build(k, size, device, precision) for k in kinds}
     gen = torch.Generator().manual_seed(1)
     batches = [make_batch(gen, batch_size).to(device) for _ in range(rounds + 2)]
@@ -202,13 +206,36 @@ def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", preci
         for k in order:
             seconds, peak_mb = measured(steps[k], b)
             values[k].append((seconds / b.ntokens, peak_mb))
-    return {k: tuple(statistics.median(x[i] for x in v) for i in (0, 1)) for k, v in values.items()}
+    return values
+
+
+def child(args, phase, runs, kinds, precision, env=None):
+    "Run this script again as a child process for one phase; its JSON lines."
+    sizes = sorted({b for _, b in runs})
+    out = subprocess.run([sys.executable, __file__, "--phase", phase, "--rounds", str(args.rounds), "--threads",
+                          str(args.threads), "--device", args.device, "--precision", precision, "--kinds", *kinds,
+                          "--models", *sorted({m for m, _ in runs}), "--batch-sizes", *map(str, sizes)],
+                         env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    if out.returncode != 0:  # show why the child failed, not only that it did
+        sys.exit(f"{phase} process for {', '.join(kinds)} failed:\n{out.stderr}")
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def speed_apart(args, run, kinds, precision):
+    "{kind: (median s/token, median peak MB)} with each kind timed in processes of its own, in rotating order."
+    steps = {k: [] for k in kinds}
+    for r in range(args.repeats):
+        for k in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
+            (row,) = child(args, "speed", [run], (k,), precision)
+            steps[k] += row["steps"][k]
+    return {k: tuple(statistics.median(x[i] for x in v) for i in (0, 1)) for k, v in steps.items()}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["small", "base"], choices=list(SIZES))
-    ap.add_argument("--rounds", type=int, default=5, help="measured steps per implementation")
+    ap.add_argument("--rounds", type=int, default=5, help="measured steps per process")
+    ap.add_argument("--repeats", type=int, default=3, help="processes per implementation")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--precision", default="auto", help="of (a) and (c): auto, fp32, bf16 or fp16")
@@ -217,6 +244,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also time (a) under torch.compile")
     ap.add_argument("--torch-masks", action="store_true", help="also time (a) with PyTorch's dropout masks")
     ap.add_argument("--phase", choices=["all", "speed", "memory"], default="all", help=argparse.SUPPRESS)
+    ap.add_argument("--kinds", nargs="+", help=argparse.SUPPRESS)  # a child's implementations
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -225,23 +253,20 @@ def main():
         (("fast+torch_masks",) if args.torch_masks else ())
     sizes = args.batch_sizes or ([128, 1024] if device.type == "cuda" else [128])
     runs = [(m, b) for m in args.models for b in sizes]
-    if args.phase == "memory":  # CPU child process: print one JSON line per (model, batch size)
+    if args.phase != "all":  # a child process: one JSON line per (model, batch size)
         for m, b in runs:
-            print(json.dumps({"run": [m, b], **{k: v[1] for k, v in bench(m, args.rounds, kinds, device,
-                                                                            precision, b).items()}}))
+            values = bench(m, args.rounds, tuple(args.kinds), device, precision, b)
+            print(json.dumps({"run": [m, b], "steps": values}) if args.phase == "speed" else
+                  json.dumps({"run": [m, b], **{k: statistics.median(x[1] for x in v) for k, v in values.items()}}))
         return
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} threads"
-    print(f"torch {torch.__version__}, {where}, {args.rounds} rounds; (a) and (c) in {precision}, (b) in fp32")
-    results = {run: bench(run[0], args.rounds, kinds, device, precision, run[1]) for run in runs}
-    memory = {run: {k: v[1] for k, v in r.items()} for run, r in results.items()}
+    print(f"torch {torch.__version__}, {where}; each implementation in {args.repeats} process{'es' if args.repeats > 1 else ''} of its own, "
+          f"{args.rounds} measured steps each; (a) and (c) in {precision}, (b) in fp32")
+    results = {run: speed_apart(args, run, kinds, precision) for run in runs}
+    memory = {run: {k: v[1] for k, v in r.items()} for run, r in results.items()}  # a GPU's allocated memory
     if device.type == "cpu":  # resident memory is only meaningful in a process with a fixed mmap threshold
-        child = subprocess.run([sys.executable, __file__, "--phase", "memory", "--rounds", str(args.rounds),
-                                "--threads", str(args.threads), "--models", *args.models, "--precision", precision,
-                                "--batch-sizes", *map(str, sizes)] + (["--compile"] if args.compile else [])
-                               + (["--torch-masks"] if args.torch_masks else []),
-                               env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
-                               capture_output=True, text=True, check=True)
-        memory = {tuple(row.pop("run")): row for row in map(json.loads, child.stdout.splitlines())}
+        rows = child(args, "memory", runs, kinds, precision, env={"MALLOC_MMAP_THRESHOLD_": "65536"})
+        memory = {tuple(row.pop("run")): row for row in rows}
     for run in runs:
         tok_s = {k: 1 / v[0] for k, v in results[run].items()}
         mem = memory[run]

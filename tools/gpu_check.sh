@@ -109,7 +109,7 @@ wanted 3 && step "short train on Multi30k (default precision), then translate" s
 wanted 4 && step "shipped model: translate and evaluate on the GPU" shipped_model
 if wanted 5; then
   step "benchmark: training step (base model, batches of 128 and 1024)" \
-    python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 --rounds 10
+    python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 --rounds 10 --repeats 2
   step "benchmark: decoding test2016 (batch-size sweep)" \
     python benchmarks/decode.py --checkpoint annotated_transformer/pretrained/multi30k-de-en --device cuda \
       "${DATA_ARG[@]}" --batch-sizes 32 128 512 1000
