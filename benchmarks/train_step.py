@@ -41,7 +41,7 @@ Timings are not taken in that process, because an mmap per tensor slows every st
 
 Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--repeats 3] [--threads 2]
        python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 [--compile]
-       python benchmarks/train_step.py --precision fp32 --compile --torch-masks   (the fp32 file of the docs)
+       python benchmarks/train_step.py --precision fp32 --compile --torch-masks --repeats 2   (the fp32 file of the docs)
 """
 import argparse
 import ctypes
