@@ -20,17 +20,18 @@ from annotated_transformer.fast import resolve_precision
 from machine import cpu_name  # benchmarks/machine.py
 from train_step import SIZES, build, make_batch
 
+DROPOUT = "dropout (residual, embeddings, attention weights)"  # two entries below charge to it
 GROUPS = [  # (group, substrings of operator / autograd node names), first match wins
     ("optimizer (Adam step, zeroing gradients)", ("Optimizer.",)),
     ("output layer + label-smoothed loss (fused)", ("_FusedProjectionLabelSmoothing",)),
     ("layer norm (forward and backward)", ("_LayerNormFunction",)),
     ("feed-forward ReLU + dropout", ("_ReluDropout",)),
     # FastDropout's autograd function, which the CPU's written-out attention also applies to its weights
-    ("dropout (residual, embeddings, attention weights)", ("_Dropout",)),
+    (DROPOUT, ("_Dropout",)),
     ("attention (scores, mask, softmax, weighted sum)",
      ("scaled_dot_product", "attention", "aten::bmm", "BmmBackward", "softmax", "Softmax", "masked_fill", "MaskedFill")),
     ("matrix products of the linear layers", ("aten::mm", "aten::addmm", "aten::linear", "Addmm", "MmBackward")),
-    ("dropout (residual, embeddings, attention weights)", ("dropout", "bernoulli", "Dropout")),
+    (DROPOUT, ("dropout", "bernoulli", "Dropout")),
     ("casts and copies", ("_to_copy", "aten::copy_", "aten::to", "aten::clone", "aten::contiguous")),
     ("embeddings", ("embedding", "Embedding")),
 ]

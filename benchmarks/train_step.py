@@ -192,6 +192,11 @@ def measured(step, batch):
     return seconds, peak
 
 
+def rotated(kinds, r):
+    "`kinds` starting at position r (modulo its length): who goes first changes from round to round."
+    return kinds[r % len(kinds):] + kinds[: r % len(kinds)]
+
+
 def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", precision="fp32", batch_size=128):
     "Each measured step of each implementation, interleaved in this process: {kind: [(s/token, peak MB), ...]}."
     steps = {k: build(k, size, device, precision) for k in kinds}
@@ -202,8 +207,7 @@ def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", preci
         steps[k](batches[1])
     values = {k: [] for k in kinds}
     for r, b in enumerate(batches[2:]):
-        order = kinds[r % len(kinds):] + kinds[: r % len(kinds)]  # rotate who goes first
-        for k in order:
+        for k in rotated(kinds, r):
             seconds, peak_mb = measured(steps[k], b)
             values[k].append((seconds / b.ntokens, peak_mb))
     return values
@@ -225,7 +229,7 @@ def speed_apart(args, run, kinds, precision):
     "{kind: (median s/token, median peak MB)} with each kind timed in processes of its own, in rotating order."
     steps = {k: [] for k in kinds}
     for r in range(args.repeats):
-        for k in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
+        for k in rotated(kinds, r):
             (row,) = child(args, "speed", [run], (k,), precision)
             steps[k] += row["steps"][k]
     return {k: tuple(statistics.median(x[i] for x in v) for i in (0, 1)) for k, v in steps.items()}
