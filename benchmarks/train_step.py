@@ -198,19 +198,24 @@ def rotated(kinds, r):
 
 
 def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", precision="fp32", batch_size=128):
-    "Each measured step of each implementation, interleaved in this process: {kind: [(s/token, peak MB), ...]}."
+    "Each measured step of each implementation, interleaved in this process: {kind: [(s/token, peak MB), ...]}, and\n    {kind: seconds of its two warm-up steps}."
     steps = {k: build(k, size, device, precision) for k in kinds}
     gen = torch.Generator().manual_seed(1)
     batches = [make_batch(gen, batch_size).to(device) for _ in range(rounds + 2)]
-    for k in kinds:  # warm-up: allocates Adam state, first-call overheads, compilation
+    warmup = {}  # seconds of the two warm-up steps: Adam's state, first-call overheads, compilation
+    for k in kinds:
+        t0 = time.perf_counter()
         steps[k](batches[0])
         steps[k](batches[1])
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize()
+        warmup[k] = time.perf_counter() - t0
     values = {k: [] for k in kinds}
     for r, b in enumerate(batches[2:]):
         for k in rotated(kinds, r):
             seconds, peak_mb = measured(steps[k], b)
             values[k].append((seconds / b.ntokens, peak_mb))
-    return values
+    return values, warmup
 
 
 def child(args, phase, runs, kinds, precision, env=None):
@@ -232,6 +237,10 @@ def speed_apart(args, run, kinds, precision):
         for k in rotated(kinds, r):
             (row,) = child(args, "speed", [run], (k,), precision)
             steps[k] += row["steps"][k]
+            # progress on stderr: a run stopped at a time limit still shows what its finished processes measured
+            print(f"  {run[0]} model, {run[1]} pairs: {k} process {r + 1}/{args.repeats}: "
+                  f"{1 / statistics.median(x[0] for x in row['steps'][k]):.0f} tok/s, "
+                  f"warm-up steps {row['warmup_s'][k]:.1f} s", file=sys.stderr, flush=True)
     return {k: tuple(statistics.median(x[i] for x in v) for i in (0, 1)) for k, v in steps.items()}
 
 
@@ -259,8 +268,8 @@ def main():
     runs = [(m, b) for m in args.models for b in sizes]
     if args.phase != "all":  # a child process: one JSON line per (model, batch size)
         for m, b in runs:
-            values = bench(m, args.rounds, tuple(args.kinds), device, precision, b)
-            print(json.dumps({"run": [m, b], "steps": values}) if args.phase == "speed" else
+            values, warmup = bench(m, args.rounds, tuple(args.kinds), device, precision, b)
+            print(json.dumps({"run": [m, b], "steps": values, "warmup_s": warmup}) if args.phase == "speed" else
                   json.dumps({"run": [m, b], **{k: statistics.median(x[1] for x in v) for k, v in values.items()}}))
         return
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} threads"
