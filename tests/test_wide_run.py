@@ -1,5 +1,6 @@
 """tools/wide_run.py trains the shipped recipe wider: only the width and the dropout change, and the model still fits
-the 30 MB a shipped model may take."""
+the 30 MB a shipped model may take; wide.json is a finished run of it."""
+import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -25,3 +26,9 @@ def test_fits_the_size_limit_in_float16():
     model = build_model(WIDE.model_config(vocab, vocab, True))
     parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied weights once
     assert 2 * parameters <= 30e6, parameters
+
+
+def test_the_file_is_a_finished_run_of_this_configuration():
+    wide = json.loads((ROOT / "annotated_transformer" / "pretrained" / "wide.json").read_text())
+    assert wide["model"] == asdict(WIDE.model)
+    assert (wide["epochs"], wide["cooldown"], len(wide["history"])) == (WIDE.epochs, WIDE.cooldown, WIDE.epochs)

@@ -9,7 +9,8 @@ was chosen among runs of one width. WIDE is the same recipe with two changes:
 * dropout 0.3, as the paper's Table 3 gives its larger model more dropout: more parameters fit the 29,000 training
   pairs more easily, and in the recipe's own runs dropout 0.2 beat 0.1 (longer.json).
 
-Everything else (the BPE vocabulary, batches, schedule, cooldown, seed) is RECIPE's. Like tools/longer_run.py, this
+Everything else (the BPE vocabulary, batches, schedule, cooldown, seed, precision "auto") is RECIPE's; "auto" picks
+bf16 on a CPU with bf16 matrix units, and wide.json records what it picked. Like tools/longer_run.py, this
 script scores every average of AVERAGE_LAST consecutive epoch checkpoints by greedy BLEU on the validation split, the
 way `build_pretrained` makes its averaged candidate. The test sets are not used.
 
@@ -28,6 +29,7 @@ from longer_run import KEEP, averaged_curve, finished  # tools/longer_run.py: th
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.checkpoint import load_model  # noqa: E402 (the package of this checkout)
+from annotated_transformer.fast import resolve_precision  # noqa: E402
 from annotated_transformer.model import ModelConfig  # noqa: E402
 from annotated_transformer.pretrained import AVERAGE_LAST, hardware  # noqa: E402
 from annotated_transformer.train import TrainConfig, train  # noqa: E402
@@ -52,6 +54,7 @@ def collect(runs_dir: Path) -> dict:
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch", "average_last": AVERAGE_LAST,
             "model": asdict(WIDE.model), "parameters": parameters, "float16_megabytes": round(2 * parameters / 1e6, 1),
             "epochs": len(records), "cooldown": WIDE.cooldown, "hardware": hardware(), "torch": torch.__version__,
+            "precision": resolve_precision(torch.device("cpu"), WIDE.precision),  # what "auto" trained in on this CPU
             "history": [{k: r[k] for k in KEEP} for r in records],
             f"average_of_last_{AVERAGE_LAST}": averaged_curve(folder, len(records))}
 
