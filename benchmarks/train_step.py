@@ -198,7 +198,8 @@ def rotated(kinds, r):
 
 
 def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", precision="fp32", batch_size=128):
-    "Each measured step of each implementation, interleaved in this process: {kind: [(s/token, peak MB), ...]}, and\n    {kind: seconds of its two warm-up steps}."
+    """Each measured step of each implementation, interleaved in this process: {kind: [(s/token, peak MB), ...]}, and
+    {kind: seconds of its two warm-up steps}."""
     steps = {k: build(k, size, device, precision) for k in kinds}
     gen = torch.Generator().manual_seed(1)
     batches = [make_batch(gen, batch_size).to(device) for _ in range(rounds + 2)]
@@ -207,7 +208,7 @@ def bench(size, rounds, kinds=("fast", "explicit", "torch"), device="cpu", preci
         t0 = time.perf_counter()
         steps[k](batches[0])
         steps[k](batches[1])
-        if torch.device(device).type == "cuda":
+        if batches[1].src.is_cuda:  # as measured() decides
             torch.cuda.synchronize()
         warmup[k] = time.perf_counter() - t0
     values = {k: [] for k in kinds}
