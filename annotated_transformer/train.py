@@ -378,10 +378,11 @@ def train(cfg: TrainConfig,  # the run's settings
         if info.is_main:
             _save_settings(out, cfg)  # every check passed: from here on this folder holds these settings
 
+        precision = resolve_precision(info.device, cfg.precision)  # what "auto" means here: logged with every epoch
         if talk:
             print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
                   f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
-                  f"{info.world_size} process(es) on {info.device}, precision {resolve_precision(info.device, cfg.precision)}")
+                  f"{info.world_size} process(es) on {info.device}, precision {precision}")
 
         history = []
         for epoch in range(start_epoch, cfg.epochs):
@@ -421,7 +422,8 @@ def train(cfg: TrainConfig,  # the run's settings
             val_bleu = validation_bleu(model, data, cfg.val_bleu_sentences) if info.is_main else None
             record = dict(epoch=epoch + 1, train_loss=train_loss, val_loss=val_loss, val_bleu=val_bleu, step=state.step,
                           lr=optimizer.param_groups[0]["lr"], tokens_per_s=round((state.tokens - tokens_before) / seconds),
-                          seconds=round(seconds, 1), **(dict(partial=True, batches_done=batches_done) if partial else {}))
+                          seconds=round(seconds, 1), precision=precision,
+                          **(dict(partial=True, batches_done=batches_done) if partial else {}))
             history.append(record)
 
             if info.is_main:  # epoch_NNN/ and best/ hold weights only; last/ is everything needed to resume
