@@ -1,4 +1,4 @@
-"""The recipe, wider: the shipped recipe at d_model 384 instead of 256, on val.
+"""The recipe, wider: the shipped recipe at d_model 384 instead of 256, on val, with two dropouts.
 
 The shipped recipe (`RECIPE`: N=3, d_model 256, d_ff 1024, 8 heads, dropout 0.2, 38 epochs whose last 8 cool down)
 was chosen among runs of one width. WIDE is the same recipe with two changes:
@@ -9,14 +9,16 @@ was chosen among runs of one width. WIDE is the same recipe with two changes:
 * dropout 0.3, as the paper's Table 3 gives its larger model more dropout: more parameters fit the 29,000 training
   pairs more easily, and in the recipe's own runs dropout 0.2 beat 0.1 (longer.json).
 
-Everything else (the BPE vocabulary, batches, schedule, cooldown, seed, precision "auto") is RECIPE's; "auto" picks
-bf16 on a CPU with bf16 matrix units, and wide.json records what it picked. Like tools/longer_run.py, this
-script scores every average of AVERAGE_LAST consecutive epoch checkpoints by greedy BLEU on the validation split, the
-way `build_pretrained` makes its averaged candidate. The test sets are not used.
+WIDE_02 keeps the recipe's dropout, 0.2, so that the width is the only change. Everything else (the BPE vocabulary,
+batches, schedule, cooldown, seed, precision "auto") is RECIPE's; "auto" picks bf16 on a CPU with bf16 matrix units,
+and wide.json records what it picked. Like tools/longer_run.py, this script scores every average of AVERAGE_LAST
+consecutive epoch checkpoints by greedy BLEU on the validation split, the way `build_pretrained` makes its averaged
+candidate. The test sets are not used.
 
-    python tools/wide_run.py run --runs-dir runs/wide       # trains, or resumes after a stop
+    python tools/wide_run.py run --runs-dir runs/wide       # trains both, or resumes after a stop
     python tools/wide_run.py collect --runs-dir runs/wide   # writes annotated_transformer/pretrained/wide.json
 """
+import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -34,33 +36,52 @@ from annotated_transformer.model import ModelConfig  # noqa: E402
 from annotated_transformer.pretrained import AVERAGE_LAST, hardware  # noqa: E402
 from annotated_transformer.train import TrainConfig, train  # noqa: E402
 
-FOLDER = "d384"
-WIDE = TrainConfig(out_dir=FOLDER, subwords=8000, model=ModelConfig(N=3, d_model=384, d_ff=1024, h=8, dropout=0.3),
+AVERAGED = f"average_of_last_{AVERAGE_LAST}"
+
+WIDE = TrainConfig(out_dir="d384", subwords=8000, model=ModelConfig(N=3, d_model=384, d_ff=1024, h=8, dropout=0.3),
                    min_freq=2, max_tokens=2500, epochs=38, cooldown=8, warmup=800, smoothing=0.1, seed=0)
+WIDE_02 = replace(WIDE, out_dir="d384_dropout02", model=replace(WIDE.model, dropout=0.2))
+RUNS = (WIDE, WIDE_02)  # out_dir: the run's folder under --runs-dir, and its name in wide.json
+OUT = ROOT / "annotated_transformer" / "pretrained" / "wide.json"
 
 
 def run(runs_dir: Path) -> None:
-    train(replace(WIDE, out_dir=str(runs_dir / FOLDER)))
+    for cfg in RUNS:
+        train(replace(cfg, out_dir=str(runs_dir / cfg.out_dir)))
+
+
+def precision(records: list[dict], cfg: TrainConfig) -> str:
+    "What the run trained in: as its records log it; for a run from before they did, what \"auto\" picks on this machine."
+    logged = {r.get("precision") for r in records}
+    return logged.pop() if len(logged) == 1 and None not in logged else resolve_precision(torch.device("cpu"), cfg.precision)
 
 
 def collect(runs_dir: Path) -> dict:
-    "The wide run's per-epoch scores and averaged-checkpoint curve on val, its size in float16."
-    folder = runs_dir / FOLDER
-    records = finished(folder)
-    if len(records) < WIDE.epochs:
-        raise SystemExit(f"{folder} has {len(records)} of {WIDE.epochs} epochs: run `python tools/wide_run.py run` first")
-    model = load_model(folder / "last")
-    parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied weights counted once
+    """Each wide run's per-epoch scores and averaged-checkpoint curve on val, its size in float16. A run already in
+    wide.json with the same history keeps its curve: the averaging and greedy decoding are deterministic."""
+    before = {r["name"]: r for r in json.loads(OUT.read_text())["runs"]} if OUT.exists() else {}
+    runs = []
+    for cfg in RUNS:
+        folder = runs_dir / cfg.out_dir
+        records = finished(folder)
+        if len(records) < cfg.epochs:
+            raise SystemExit(f"{folder} has {len(records)} of {cfg.epochs} epochs: run `python tools/wide_run.py run` first")
+        model = load_model(folder / "last")
+        parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied weights counted once
+        history = [{k: r[k] for k in KEEP} for r in records]
+        kept = before.get(cfg.out_dir, {})
+        curve = kept[AVERAGED] if kept.get("history") == history else averaged_curve(folder, len(records))
+        runs.append({"name": cfg.out_dir, "model": asdict(cfg.model), "parameters": parameters,
+                     "float16_megabytes": round(2 * parameters / 1e6, 1), "epochs": len(records),
+                     "cooldown": cfg.cooldown,
+                     "precision": precision(records, cfg),
+                     "history": history, AVERAGED: curve})
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch", "average_last": AVERAGE_LAST,
-            "model": asdict(WIDE.model), "parameters": parameters, "float16_megabytes": round(2 * parameters / 1e6, 1),
-            "epochs": len(records), "cooldown": WIDE.cooldown, "hardware": hardware(), "torch": torch.__version__,
-            "precision": resolve_precision(torch.device("cpu"), WIDE.precision),  # what "auto" trained in on this CPU
-            "history": [{k: r[k] for k in KEEP} for r in records],
-            f"average_of_last_{AVERAGE_LAST}": averaged_curve(folder, len(records))}
+            "hardware": hardware(), "torch": torch.__version__, "runs": runs}
 
 
 def main() -> None:
-    run_or_collect(__doc__, run, collect, "runs/wide", ROOT / "annotated_transformer" / "pretrained" / "wide.json")
+    run_or_collect(__doc__, run, collect, "runs/wide", OUT)
 
 
 if __name__ == "__main__":
