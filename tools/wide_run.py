@@ -11,7 +11,8 @@ was chosen among runs of one width. WIDE is the same recipe with two changes:
 
 WIDE_02 keeps the recipe's dropout, 0.2, so that the width is the only change. Everything else (the BPE vocabulary,
 batches, schedule, cooldown, seed, precision "auto") is RECIPE's; "auto" picks bf16 on a CPU with bf16 matrix units,
-and wide.json records what it picked. Like tools/longer_run.py, this script scores every average of AVERAGE_LAST
+and wide.json records what it picked (from the runs' records; for runs older than records that log it, what "auto"
+picks on the machine that collects). Like tools/longer_run.py, this script scores every average of AVERAGE_LAST
 consecutive epoch checkpoints by greedy BLEU on the validation split, the way `build_pretrained` makes its averaged
 candidate. The test sets are not used.
 
@@ -53,7 +54,11 @@ def run(runs_dir: Path) -> None:
 def precision(records: list[dict], cfg: TrainConfig) -> str:
     "What the run trained in: as its records log it; for a run from before they did, what \"auto\" picks on this machine."
     logged = {r.get("precision") for r in records}
-    return logged.pop() if len(logged) == 1 and None not in logged else resolve_precision(torch.device("cpu"), cfg.precision)
+    if logged == {None}:
+        return resolve_precision(torch.device("cpu"), cfg.precision)
+    if len(logged) > 1:
+        raise SystemExit(f"the run trained in more than one precision ({sorted(map(str, logged))}): give it a folder of its own")
+    return logged.pop()
 
 
 def collect(runs_dir: Path) -> dict:
@@ -67,15 +72,13 @@ def collect(runs_dir: Path) -> dict:
         if len(records) < cfg.epochs:
             raise SystemExit(f"{folder} has {len(records)} of {cfg.epochs} epochs: run `python tools/wide_run.py run` first")
         model = load_model(folder / "last")
-        parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied weights counted once
+        parameters = sum(p.numel() for p in model.parameters())  # the tied matrix once
         history = [{k: r[k] for k in KEEP} for r in records]
         kept = before.get(cfg.out_dir, {})
         curve = kept[AVERAGED] if kept.get("history") == history else averaged_curve(folder, len(records))
         runs.append({"name": cfg.out_dir, "model": asdict(cfg.model), "parameters": parameters,
                      "float16_megabytes": round(2 * parameters / 1e6, 1), "epochs": len(records),
-                     "cooldown": cfg.cooldown,
-                     "precision": precision(records, cfg),
-                     "history": history, AVERAGED: curve})
+                     "cooldown": cfg.cooldown, "precision": precision(records, cfg), "history": history, AVERAGED: curve})
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch", "average_last": AVERAGE_LAST,
             "hardware": hardware(), "torch": torch.__version__, "runs": runs}
 
