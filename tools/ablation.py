@@ -53,14 +53,15 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def run_or_collect(doc: str, run, collect, runs_dir: str, out: Path) -> None:
-    "The command line of an experiment script: `run` trains what is missing (resuming), `collect` writes its JSON."
+    """The command line of an experiment script: `run(runs_dir)` trains what is missing (resuming), `collect(runs_dir, out)`
+    returns the JSON written to `out` (it may keep what `out` already holds)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("action", choices=("run", "collect"))
     parser.add_argument("--runs-dir", type=Path, default=Path(runs_dir))
     parser.add_argument("--out", type=Path, default=out)
     args = parser.parse_args()
     if args.action == "collect":
-        write_json(args.out, collect(args.runs_dir))
+        write_json(args.out, collect(args.runs_dir, args.out))
     else:
         run(args.runs_dir)
 

@@ -138,7 +138,7 @@ def collect(runs_dir: Path) -> dict:
 
 
 def main() -> None:
-    run_or_collect(__doc__, run, collect, "runs/longer", ROOT / "annotated_transformer" / "pretrained" / "longer.json")
+    run_or_collect(__doc__, run, lambda runs_dir, out: collect(runs_dir), "runs/longer", ROOT / "annotated_transformer" / "pretrained" / "longer.json")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ AVERAGE_LAST epoch checkpoints is scored as the shipped model's candidates are. 
 on the step only, so the first BUDGET epochs of a longer run are a run of BUDGET epochs.
 
 The pre-norm run with the recipe's own warmup is the recipe's bf16 run of the precision experiment
-(tools/precision_run.py, read from annotated_transformer/pretrained/precision.json): it is not trained again.
+(`recipe_14` in tools/precision_run.py, read from annotated_transformer/pretrained/precision.json): it is not trained again.
 
     python tools/norm_placement.py run --runs-dir runs/norm      # trains what is missing (resumes after a stop)
     python tools/norm_placement.py collect --runs-dir runs/norm  # writes annotated_transformer/pretrained/norm_placement.json
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from annotated_transformer.fast import cpu_bf16_native  # noqa: E402 (the package of this checkout)
 from annotated_transformer.pretrained import AVERAGE_LAST, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
-from precision_run import RECIPE_14, averaged_val_bleu  # noqa: E402 (tools/precision_run.py)
+from precision_run import AVERAGED, RECIPE_14, averaged_val_bleu  # noqa: E402 (tools/precision_run.py)
 
 BUDGET = 8  # epochs every (placement, warmup) gets before the warmups are compared
 WARMUPS = (800, 1600)  # the recipe's warmup and twice as long (a peak learning rate 1/sqrt(2) as high)
@@ -55,7 +55,7 @@ def is_recipe(placement: str, warmup: int) -> bool:
 def records(runs_dir: Path, placement: str, warmup: int) -> list[dict]:
     "A run's finished epochs (the recipe's own run comes from the precision experiment)."
     if is_recipe(placement, warmup):
-        return json.loads(PRECISION_JSON.read_text())["bf16"]["history"]
+        return json.loads(PRECISION_JSON.read_text())["recipe_14"]["bf16"]["history"]
     return [r for r in history(runs_dir / folder(placement, warmup)) if not r.get("partial")]
 
 
@@ -93,7 +93,7 @@ def collect(runs_dir: Path) -> dict:
     picked, averaged = chosen(runs_dir), {}  # averaged: each chosen run that reached 14 epochs, its last
     for placement, warmup in picked.items():  # epochs' weights averaged and scored on val
         if len(records(runs_dir, placement, warmup)) >= RECIPE_14.epochs:
-            averaged[placement] = json.loads(PRECISION_JSON.read_text())["average_of_last_5_val_bleu"]["bf16"] \
+            averaged[placement] = json.loads(PRECISION_JSON.read_text())["recipe_14"]["candidates_val_bleu_greedy"]["bf16"][AVERAGED] \
                 if is_recipe(placement, warmup) else averaged_val_bleu(runs_dir / folder(placement, warmup))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
             "budget_epochs": BUDGET, "recipe_epochs": RECIPE_14.epochs, "warmups": list(WARMUPS), "chosen_warmup": picked,
@@ -103,7 +103,7 @@ def collect(runs_dir: Path) -> dict:
 
 
 def main() -> None:
-    run_or_collect(__doc__, run, collect, "runs/norm", ROOT / "annotated_transformer" / "pretrained" / "norm_placement.json")
+    run_or_collect(__doc__, run, lambda runs_dir, out: collect(runs_dir), "runs/norm", ROOT / "annotated_transformer" / "pretrained" / "norm_placement.json")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,24 @@
-"""Does bf16 train as well as fp32? The recipe of 14 epochs, trained again under bf16 autocast, against its fp32 run.
+"""Does bf16 train as well as fp32? Two recipes trained again under bf16 autocast, against their fp32 runs, and a second seed.
 
-The fp32 run of the recipe of 14 epochs with dropout 0.1 (`RECIPE_14`, seed 0) logged every epoch's validation
-loss and greedy BLEU in its results.json, kept as annotated_transformer/pretrained/results_14_epochs.json. This
-script trains the same recipe with the same seed under CPU bf16 autocast (`precision="bf16"`; on a CPU with bf16
-matrix units, AMX or AVX512-BF16, that is also what `precision="auto"` picks) and puts both logs, epoch by epoch,
-into annotated_transformer/pretrained/precision.json, which the trained-model chapter reads. The learning-rate
-schedule depends on the step only, so epoch k of both runs saw the same batches in the same order at the same
-learning rate: the two columns differ by the precision (and by the machine's kernels).
+Each comparison pairs an fp32 run that logged every epoch's validation loss and greedy BLEU in its results.json
+with a run of the same recipe and seed under CPU bf16 autocast (`precision="bf16"`; on a CPU with bf16 matrix units,
+AMX or AVX512-BF16, that is also what `precision="auto"` picks):
 
-    python tools/precision_run.py run --runs-dir runs/precision      # trains, or resumes after a stop
+* `recipe_14`: the recipe of 14 epochs with dropout 0.1 (`RECIPE_14`), whose fp32 model's results.json is kept as
+  annotated_transformer/pretrained/results_14_epochs.json;
+* `recipe`: the shipped recipe (`RECIPE`: 38 epochs, dropout 0.2, the last 8 cooling down), whose fp32 run is the
+  shipped model's (its results.json);
+* `recipe_seed1`: the shipped recipe with seed 1, in bf16 only: a second seed, to tell a gap that the precision makes
+  from one that the seed makes (an fp32 run of it would take three times as long on this CPU).
+
+The learning-rate schedule depends on the step only, and the batches on the seed and the epoch, so epoch k of both
+runs of a pair saw the same batches in the same order at the same learning rate: the two columns differ by the
+precision (and by the machine's kernels). Each bf16 run's candidates for a shipped model (its best epoch, and its last
+AVERAGE_LAST epoch checkpoints averaged) are scored on val as `build_pretrained` scores them; the test sets are not
+used. The comparisons go into annotated_transformer/pretrained/precision.json, which the trained-model chapter reads,
+each once its bf16 run has finished; one whose run is not there keeps what the file already holds for it.
+
+    python tools/precision_run.py run --runs-dir runs/precision      # trains the three, or resumes after a stop
     python tools/precision_run.py collect --runs-dir runs/precision  # writes annotated_transformer/pretrained/precision.json
 """
 import json
@@ -28,10 +38,22 @@ from annotated_transformer.fast import cpu_bf16_native  # noqa: E402
 from annotated_transformer.pretrained import AVERAGE_LAST, RECIPE, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
-FOLDER = "bf16-recipe"
-# the recipe as this experiment and the placement experiment ran it (RECIPE trains longer: tools/longer_run.py)
+# the recipe as the first precision comparison and the placement experiment ran it (RECIPE trains longer: tools/longer_run.py)
 RECIPE_14 = replace(RECIPE, epochs=14, cooldown=0, model=replace(RECIPE.model, dropout=0.1))
-FP32_RUN = ROOT / "annotated_transformer" / "pretrained" / "results_14_epochs.json"  # that length's fp32 run
+PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
+COMPARISONS = {  # name in precision.json: (the recipe, its fp32 run's results.json, the bf16 run's folder under --runs-dir)
+    "recipe_14": (RECIPE_14, PRETRAINED / "results_14_epochs.json", "bf16-recipe"),
+    "recipe": (RECIPE, PRETRAINED / "multi30k-de-en" / "results.json", "bf16-recipe-38"),
+    "recipe_seed1": (replace(RECIPE, seed=1), None, "bf16-recipe-38-seed1"),
+}
+OUT = PRETRAINED / "precision.json"
+BEST, AVERAGED = "best epoch (validation BLEU)", f"average of the last {AVERAGE_LAST} epochs"  # as results.json names them
+KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
+
+
+def val_bleu(checkpoint: Path) -> float:
+    "Greedy BLEU on val, as `choose_on_val` scores the shipped model's candidates."
+    return round(evaluate_translator(Translator.from_checkpoint(checkpoint, "cpu"), "val", beam_size=1)["bleu"], 2)
 
 
 def averaged_val_bleu(run: Path) -> float:
@@ -39,32 +61,51 @@ def averaged_val_bleu(run: Path) -> float:
     name = f"avg{AVERAGE_LAST}"
     folder = run / name if (run / name / "model.safetensors").exists() else \
         average_checkpoints(last_checkpoints(run, AVERAGE_LAST), run / name)
-    return round(evaluate_translator(Translator.from_checkpoint(folder, "cpu"), "val", beam_size=1)["bleu"], 2)
+    return val_bleu(folder)
 
 
-def collect(runs_dir: Path) -> dict:
-    "Both runs' per-epoch validation loss and BLEU, over the epochs both have finished."
-    shipped = json.loads(FP32_RUN.read_text())
-    fp32 = [r for r in shipped["history"] if not r.get("partial")]
-    bf16 = [r for r in history(runs_dir / FOLDER) if not r.get("partial")]
-    if not bf16:
-        raise SystemExit(f"{runs_dir / FOLDER} has no finished epoch: run `python tools/precision_run.py run` first")
-    keep = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
-    averaged = None  # the shipped model's candidate averaged over the last epochs: the bf16 run's, scored the same way
-    if len(bf16) >= RECIPE_14.epochs:
-        averaged = {"bf16": averaged_val_bleu(runs_dir / FOLDER),
-                    "fp32": shipped["candidates_val_bleu_greedy"][f"average of the last {AVERAGE_LAST} epochs"]}
-    return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
-            "fp32": {"precision": "fp32", "hardware": shipped["hardware"],
-                     "torch": shipped["torch"], "history": [{k: r[k] for k in keep} for r in fp32]},
+def run(runs_dir: Path) -> None:
+    for recipe, _, folder in COMPARISONS.values():
+        train(replace(recipe, out_dir=str(runs_dir / folder), precision="bf16"))
+
+
+def compare(recipe, fp32_results: Path | None, bf16_run: Path) -> dict:
+    """A recipe's finished bf16 run, epoch by epoch, and its candidates; with an fp32 run, that run's records and
+    candidates beside it, over the epochs both finished."""
+    bf16 = [r for r in history(bf16_run) if not r.get("partial")]
+    pair = {"epochs": recipe.epochs, "dropout": recipe.model.dropout, "cooldown": recipe.cooldown, "seed": recipe.seed,
             "bf16": {"precision": "bf16 autocast", "hardware": hardware(), "torch": torch.__version__,
-                     "native_bf16": cpu_bf16_native(), "history": [{k: r[k] for k in keep} for r in bf16]},
-            "epochs_compared": min(len(fp32), len(bf16)), "average_of_last_5_val_bleu": averaged}
+                     "native_bf16": cpu_bf16_native(), "history": [{k: r[k] for k in KEEP} for r in bf16]},
+            "candidates_val_bleu_greedy": {"bf16": {BEST: val_bleu(bf16_run / "best"), AVERAGED: averaged_val_bleu(bf16_run)}}}
+    if fp32_results:
+        shipped = json.loads(fp32_results.read_text())
+        fp32 = [r for r in shipped["history"] if not r.get("partial")]
+        pair["fp32"] = {"precision": "fp32", "hardware": shipped["hardware"], "torch": shipped["torch"],
+                        "history": [{k: r[k] for k in KEEP} for r in fp32]}
+        pair["epochs_compared"] = min(len(fp32), len(bf16))
+        pair["candidates_val_bleu_greedy"]["fp32"] = {k: shipped["candidates_val_bleu_greedy"][k] for k in (BEST, AVERAGED)}
+    return pair
+
+
+def collect(runs_dir: Path, out: Path = OUT) -> dict:
+    "Every comparison whose bf16 run has finished; the others as `out` already holds them, or left out until they finish."
+    before = json.loads(out.read_text()) if out.exists() else {}
+    comparisons = {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch"}
+    for name, (recipe, fp32_results, folder) in COMPARISONS.items():
+        epochs = len([r for r in history(runs_dir / folder) if not r.get("partial")])
+        if epochs >= recipe.epochs:
+            comparisons[name] = compare(recipe, fp32_results, runs_dir / folder)
+        elif name in before:
+            comparisons[name] = before[name]
+            print(f"{name}: kept from {out} ({runs_dir / folder} has {epochs} of {recipe.epochs} epochs)")
+        else:
+            print(f"{name}: left out, {runs_dir / folder} has {epochs} of {recipe.epochs} epochs "
+                  "(`python tools/precision_run.py run` trains it)")
+    return comparisons
 
 
 def main() -> None:
-    run_or_collect(__doc__, lambda runs_dir: train(replace(RECIPE_14, out_dir=str(runs_dir / FOLDER), precision="bf16")),
-                   collect, "runs/precision", ROOT / "annotated_transformer" / "pretrained" / "precision.json")
+    run_or_collect(__doc__, run, collect, "runs/precision", OUT)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ from longer_run import KEEP, averaged_curve, finished  # tools/longer_run.py: th
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from annotated_transformer.checkpoint import load_model  # noqa: E402 (the package of this checkout)
+from annotated_transformer.checkpoint import model_config  # noqa: E402 (the package of this checkout)
 from annotated_transformer.fast import resolve_precision  # noqa: E402
-from annotated_transformer.model import ModelConfig  # noqa: E402
+from annotated_transformer.model import ModelConfig, build_model  # noqa: E402
 from annotated_transformer.pretrained import AVERAGE_LAST, hardware  # noqa: E402
 from annotated_transformer.train import TrainConfig, train  # noqa: E402
 
@@ -61,17 +61,17 @@ def precision(records: list[dict], cfg: TrainConfig) -> str:
     return logged.pop()
 
 
-def collect(runs_dir: Path) -> dict:
+def collect(runs_dir: Path, out: Path = OUT) -> dict:
     """Each wide run's per-epoch scores and averaged-checkpoint curve on val, its size in float16. A run already in
-    wide.json with the same history keeps its curve: the averaging and greedy decoding are deterministic."""
-    before = {r["name"]: r for r in json.loads(OUT.read_text())["runs"]} if OUT.exists() else {}
+    `out` with the same history keeps its curve: the averaging and greedy decoding are deterministic."""
+    before = {r["name"]: r for r in json.loads(out.read_text())["runs"]} if out.exists() else {}
     runs = []
     for cfg in RUNS:
         folder = runs_dir / cfg.out_dir
         records = finished(folder)
         if len(records) < cfg.epochs:
             raise SystemExit(f"{folder} has {len(records)} of {cfg.epochs} epochs: run `python tools/wide_run.py run` first")
-        model = load_model(folder / "last")
+        model = build_model(model_config(folder / "last"))  # the run's architecture; its weights are not read
         parameters = sum(p.numel() for p in model.parameters())  # the tied matrix once
         history = [{k: r[k] for k in KEEP} for r in records]
         kept = before.get(cfg.out_dir, {})

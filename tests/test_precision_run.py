@@ -1,0 +1,51 @@
+"""tools/precision_run.py: each comparison is the recipe it names, changed in nothing but the seed where it says so;
+precision.json holds each finished bf16 run beside its fp32 run, and keeps what a collect with no runs at hand finds."""
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from annotated_transformer.pretrained import RECIPE  # noqa: E402
+from precision_run import AVERAGED, BEST, COMPARISONS, OUT, RECIPE_14, collect  # noqa: E402
+
+
+def changes(cfg) -> set:
+    recipe, other = asdict(RECIPE), asdict(cfg)
+    return {k for k in recipe if k != "model" and recipe[k] != other[k]} | \
+           {f"model.{k}" for k in recipe["model"] if recipe["model"][k] != other["model"][k]}
+
+
+def test_the_comparisons_are_the_recipes_they_name():
+    assert changes(COMPARISONS["recipe"][0]) == set()
+    assert changes(COMPARISONS["recipe_seed1"][0]) == {"seed"} and COMPARISONS["recipe_seed1"][0].seed == 1
+    assert changes(RECIPE_14) == {"epochs", "cooldown", "model.dropout"}
+    assert COMPARISONS["recipe"][1].parent.name == "multi30k-de-en"  # the shipped model's run is the recipe's fp32 run
+    assert COMPARISONS["recipe_seed1"][1] is None  # bf16 only
+    assert len({folder for _, _, folder in COMPARISONS.values()}) == len(COMPARISONS)
+
+
+def test_the_file_holds_finished_runs():
+    precision = json.loads(OUT.read_text())
+    for name, (recipe, fp32_results, _) in COMPARISONS.items():
+        if name not in precision:
+            continue
+        pair = precision[name]
+        assert (pair["epochs"], pair["dropout"], pair["cooldown"], pair["seed"]) == \
+               (recipe.epochs, recipe.model.dropout, recipe.cooldown, recipe.seed), name
+        assert [r["epoch"] for r in pair["bf16"]["history"]] == list(range(1, recipe.epochs + 1)), name
+        assert AVERAGED in pair["candidates_val_bleu_greedy"]["bf16"], name
+        if fp32_results:
+            assert pair["epochs_compared"] == recipe.epochs == len(pair["fp32"]["history"]), name
+            shipped = json.loads(fp32_results.read_text())
+            assert pair["candidates_val_bleu_greedy"]["fp32"] == \
+                   {k: shipped["candidates_val_bleu_greedy"][k] for k in (BEST, AVERAGED)}, name
+    assert {"recipe_14", "recipe"} <= set(precision)
+
+
+def test_collect_without_runs_keeps_the_file(tmp_path, capsys):
+    before = json.loads(OUT.read_text())
+    assert collect(tmp_path / "no-runs") == before
+    assert "kept from" in capsys.readouterr().out
