@@ -49,3 +49,13 @@ def test_collect_without_runs_keeps_the_file(tmp_path, capsys):
     before = json.loads(OUT.read_text())
     assert collect(tmp_path / "no-runs") == before
     assert "kept from" in capsys.readouterr().out
+
+
+def test_run_trains_only_what_the_file_lacks(tmp_path, monkeypatch):
+    import precision_run
+    trained = []
+    monkeypatch.setattr(precision_run, "train", lambda cfg: trained.append(Path(cfg.out_dir).name))
+    precision_run.run(tmp_path)
+    held = set(json.loads(OUT.read_text()))
+    assert trained == [folder for name, (_, _, folder) in COMPARISONS.items() if name not in held]
+    assert "bf16-recipe" not in trained  # the 14-epoch pair is in the file: not trained again

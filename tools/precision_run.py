@@ -18,7 +18,7 @@ AVERAGE_LAST epoch checkpoints averaged) are scored on val as `build_pretrained`
 used. The comparisons go into annotated_transformer/pretrained/precision.json, which the trained-model chapter reads,
 each once its bf16 run has finished; one whose run is not there keeps what the file already holds for it.
 
-    python tools/precision_run.py run --runs-dir runs/precision      # trains the three, or resumes after a stop
+    python tools/precision_run.py run --runs-dir runs/precision      # trains the runs precision.json lacks (resumes)
     python tools/precision_run.py collect --runs-dir runs/precision  # writes annotated_transformer/pretrained/precision.json
 """
 import json
@@ -65,8 +65,11 @@ def averaged_val_bleu(run: Path) -> float:
 
 
 def run(runs_dir: Path) -> None:
-    for recipe, _, folder in COMPARISONS.values():
-        train(replace(recipe, out_dir=str(runs_dir / folder), precision="bf16"))
+    "Train (or resume) every bf16 run whose comparison precision.json does not hold yet."
+    done = json.loads(OUT.read_text()) if OUT.exists() else {}
+    for name, (recipe, _, folder) in COMPARISONS.items():
+        if name not in done:
+            train(replace(recipe, out_dir=str(runs_dir / folder), precision="bf16"))
 
 
 def compare(recipe, fp32_results: Path | None, bf16_run: Path) -> dict:
