@@ -44,6 +44,11 @@ def history(run: Path) -> list[dict]:
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
 
 
+def finished(run: Path) -> list[dict]:
+    "A run's records of finished epochs (a stop mid-epoch logs a partial one)."
+    return [r for r in history(run) if not r.get("partial")]
+
+
 def write_json(path: Path, data: dict) -> None:
     "Write `data` to `path` as indented JSON, atomically: a stop in the middle leaves the previous file."
     tmp = path.with_name(path.name + ".tmp")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ablation import history, run_or_collect  # tools/ablation.py: a run's history.jsonl as records; the command line
+from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -75,10 +75,6 @@ def continue_from(finished_run: Path, cfg: TrainConfig) -> None:
     shutil.copy(finished_run / "history.jsonl", tmp / "history.jsonl")  # appended to: a copy, not a link
     (tmp / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     os.replace(tmp, out)
-
-
-def finished(run: Path) -> list[dict]:
-    return [r for r in history(run) if not r.get("partial")]
 
 
 def patience_left(records: list[dict]) -> bool:

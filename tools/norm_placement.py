@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ablation import history, run_or_collect  # tools/ablation.py: a run's history.jsonl as records; the command line
+from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,7 +56,7 @@ def records(runs_dir: Path, placement: str, warmup: int) -> list[dict]:
     "A run's finished epochs (the recipe's own run comes from the precision experiment)."
     if is_recipe(placement, warmup):
         return json.loads(PRECISION_JSON.read_text())["recipe_14"]["bf16"]["history"]
-    return [r for r in history(runs_dir / folder(placement, warmup)) if not r.get("partial")]
+    return finished(runs_dir / folder(placement, warmup))
 
 
 def chosen(runs_dir: Path) -> dict[str, int]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ablation import history, run_or_collect  # tools/ablation.py: a run's history.jsonl as records; the command line
+from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -72,10 +72,9 @@ def run(runs_dir: Path) -> None:
             train(replace(recipe, out_dir=str(runs_dir / folder), precision="bf16"))
 
 
-def compare(recipe, fp32_results: Path | None, bf16_run: Path) -> dict:
-    """A recipe's finished bf16 run, epoch by epoch, and its candidates; with an fp32 run, that run's records and
-    candidates beside it, over the epochs both finished."""
-    bf16 = [r for r in history(bf16_run) if not r.get("partial")]
+def compare(recipe, fp32_results: Path | None, bf16_run: Path, bf16: list[dict]) -> dict:
+    """A recipe's finished bf16 run (its folder and its records), epoch by epoch, and its candidates; with an fp32 run,
+    that run's records and candidates beside it, over the epochs both finished."""
     pair = {"epochs": recipe.epochs, "dropout": recipe.model.dropout, "cooldown": recipe.cooldown, "seed": recipe.seed,
             "bf16": {"precision": "bf16 autocast", "hardware": hardware(), "torch": torch.__version__,
                      "native_bf16": cpu_bf16_native(), "history": [{k: r[k] for k in KEEP} for r in bf16]},
@@ -95,9 +94,10 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
     before = json.loads(out.read_text()) if out.exists() else {}
     comparisons = {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch"}
     for name, (recipe, fp32_results, folder) in COMPARISONS.items():
-        epochs = len([r for r in history(runs_dir / folder) if not r.get("partial")])
+        records = finished(runs_dir / folder)
+        epochs = len(records)
         if epochs >= recipe.epochs:
-            comparisons[name] = compare(recipe, fp32_results, runs_dir / folder)
+            comparisons[name] = compare(recipe, fp32_results, runs_dir / folder, records)
         elif name in before:
             comparisons[name] = before[name]
             print(f"{name}: kept from {out} ({runs_dir / folder} has {epochs} of {recipe.epochs} epochs)")

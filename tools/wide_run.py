@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ablation import run_or_collect  # tools/ablation.py: the command line
-from longer_run import KEEP, averaged_curve, finished  # tools/longer_run.py: the same scoring as the recipe's runs
+from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
+from longer_run import KEEP, averaged_curve  # tools/longer_run.py: the same scoring as the recipe's runs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
