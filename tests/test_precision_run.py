@@ -8,8 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from annotated_transformer.pretrained import RECIPE  # noqa: E402
-from precision_run import AVERAGED, BEST, COMPARISONS, OUT, RECIPE_14, collect  # noqa: E402
+from annotated_transformer.pretrained import BEST_CANDIDATE, RECIPE, averaged_candidate  # noqa: E402
+from precision_run import COMPARISONS, OUT, RECIPE_14, collect  # noqa: E402
 
 
 def changes(cfg) -> set:
@@ -36,12 +36,12 @@ def test_the_file_holds_finished_runs():
         assert (pair["epochs"], pair["dropout"], pair["cooldown"], pair["seed"]) == \
                (recipe.epochs, recipe.model.dropout, recipe.cooldown, recipe.seed), name
         assert [r["epoch"] for r in pair["bf16"]["history"]] == list(range(1, recipe.epochs + 1)), name
-        assert AVERAGED in pair["candidates_val_bleu_greedy"]["bf16"], name
+        assert averaged_candidate() in pair["candidates_val_bleu_greedy"]["bf16"], name
         if fp32_results:
             assert pair["epochs_compared"] == recipe.epochs == len(pair["fp32"]["history"]), name
             shipped = json.loads(fp32_results.read_text())
             assert pair["candidates_val_bleu_greedy"]["fp32"] == \
-                   {k: shipped["candidates_val_bleu_greedy"][k] for k in (BEST, AVERAGED)}, name
+                   {k: shipped["candidates_val_bleu_greedy"][k] for k in (BEST_CANDIDATE, averaged_candidate())}, name
     assert {"recipe_14", "recipe"} <= set(precision)
 
 

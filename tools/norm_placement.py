@@ -26,9 +26,9 @@ from ablation import finished, run_or_collect  # tools/ablation.py: a run's fini
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.fast import cpu_bf16_native  # noqa: E402 (the package of this checkout)
-from annotated_transformer.pretrained import AVERAGE_LAST, hardware  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, averaged_candidate, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
-from precision_run import AVERAGED, RECIPE_14, averaged_val_bleu  # noqa: E402 (tools/precision_run.py)
+from precision_run import RECIPE_14, averaged_val_bleu  # noqa: E402 (tools/precision_run.py)
 
 BUDGET = 8  # epochs every (placement, warmup) gets before the warmups are compared
 WARMUPS = (800, 1600)  # the recipe's warmup and twice as long (a peak learning rate 1/sqrt(2) as high)
@@ -93,7 +93,7 @@ def collect(runs_dir: Path) -> dict:
     picked, averaged = chosen(runs_dir), {}  # averaged: each chosen run that reached 14 epochs, its last
     for placement, warmup in picked.items():  # epochs' weights averaged and scored on val
         if len(records(runs_dir, placement, warmup)) >= RECIPE_14.epochs:
-            averaged[placement] = json.loads(PRECISION_JSON.read_text())["recipe_14"]["candidates_val_bleu_greedy"]["bf16"][AVERAGED] \
+            averaged[placement] = json.loads(PRECISION_JSON.read_text())["recipe_14"]["candidates_val_bleu_greedy"]["bf16"][averaged_candidate()] \
                 if is_recipe(placement, warmup) else averaged_val_bleu(runs_dir / folder(placement, warmup))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch",
             "budget_epochs": BUDGET, "recipe_epochs": RECIPE_14.epochs, "warmups": list(WARMUPS), "chosen_warmup": picked,

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from annotated_transformer.decoding import Translator  # noqa: E402 (the package of this checkout)
 from annotated_transformer.evaluation import average_checkpoints, evaluate_translator, last_checkpoints  # noqa: E402
 from annotated_transformer.fast import cpu_bf16_native  # noqa: E402
-from annotated_transformer.pretrained import AVERAGE_LAST, RECIPE, hardware  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
 # the recipe as the first precision comparison and the placement experiment ran it (RECIPE trains longer: tools/longer_run.py)
@@ -47,7 +47,6 @@ COMPARISONS = {  # name in precision.json: (the recipe, its fp32 run's results.j
     "recipe_seed1": (replace(RECIPE, seed=1), None, "bf16-recipe-38-seed1"),
 }
 OUT = PRETRAINED / "precision.json"
-BEST, AVERAGED = "best epoch (validation BLEU)", f"average of the last {AVERAGE_LAST} epochs"  # as results.json names them
 KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
 
 
@@ -78,14 +77,15 @@ def compare(recipe, fp32_results: Path | None, bf16_run: Path, bf16: list[dict])
     pair = {"epochs": recipe.epochs, "dropout": recipe.model.dropout, "cooldown": recipe.cooldown, "seed": recipe.seed,
             "bf16": {"precision": "bf16 autocast", "hardware": hardware(), "torch": torch.__version__,
                      "native_bf16": cpu_bf16_native(), "history": [{k: r[k] for k in KEEP} for r in bf16]},
-            "candidates_val_bleu_greedy": {"bf16": {BEST: val_bleu(bf16_run / "best"), AVERAGED: averaged_val_bleu(bf16_run)}}}
+            "candidates_val_bleu_greedy": {"bf16": {BEST_CANDIDATE: val_bleu(bf16_run / "best"),
+                                                    averaged_candidate(): averaged_val_bleu(bf16_run)}}}
     if fp32_results:
         shipped = json.loads(fp32_results.read_text())
         fp32 = [r for r in shipped["history"] if not r.get("partial")]
         pair["fp32"] = {"precision": "fp32", "hardware": shipped["hardware"], "torch": shipped["torch"],
                         "history": [{k: r[k] for k in KEEP} for r in fp32]}
         pair["epochs_compared"] = min(len(fp32), len(bf16))
-        pair["candidates_val_bleu_greedy"]["fp32"] = {k: shipped["candidates_val_bleu_greedy"][k] for k in (BEST, AVERAGED)}
+        pair["candidates_val_bleu_greedy"]["fp32"] = {k: shipped["candidates_val_bleu_greedy"][k] for k in (BEST_CANDIDATE, averaged_candidate())}
     return pair
 
 
