@@ -8,8 +8,8 @@ AMX or AVX512-BF16, that is also what `precision="auto"` picks):
   annotated_transformer/pretrained/results_14_epochs.json;
 * `recipe`: the shipped recipe (`RECIPE`: 38 epochs, dropout 0.2, the last 8 cooling down), whose fp32 run is the
   shipped model's (its results.json);
-* `recipe_seed1`: the shipped recipe with seed 1, in bf16 only: a second seed, to tell a gap that the precision makes
-  from one that the seed makes (an fp32 run of it would take three times as long on this CPU).
+* `recipe_seed1`, `recipe_seed2`: the shipped recipe with seed 1 and seed 2, in bf16 only: more seeds, to tell a gap
+  that the precision makes from one that the seed makes (fp32 runs of them would take three times as long on this CPU).
 
 The learning-rate schedule depends on the step only, and the batches on the seed and the epoch, so epoch k of both
 runs of a pair saw the same batches in the same order at the same learning rate: the two columns differ by the
@@ -44,7 +44,7 @@ PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
 COMPARISONS = {  # name in precision.json: (the recipe, its fp32 run's results.json, the bf16 run's folder under --runs-dir)
     "recipe_14": (RECIPE_14, PRETRAINED / "results_14_epochs.json", "bf16-recipe"),
     "recipe": (RECIPE, PRETRAINED / "multi30k-de-en" / "results.json", "bf16-recipe-38"),
-    "recipe_seed1": (replace(RECIPE, seed=1), None, "bf16-recipe-38-seed1"),
+    **{f"recipe_seed{seed}": (replace(RECIPE, seed=seed), None, f"bf16-recipe-38-seed{seed}") for seed in (1, 2)},
 }
 OUT = PRETRAINED / "precision.json"
 KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds")
