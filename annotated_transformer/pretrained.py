@@ -6,7 +6,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.h
 
 # %% auto #0
 __all__ = ['RECIPE', 'AVERAGE_LAST', 'BEST_CANDIDATE', 'averaged_candidate', 'hardware', 'export_pretrained', 'measure_bleu',
-           'choose_on_val', 'build_pretrained', 'load_trained_model']
+           'choose_on_val', 'build_pretrained', 'load_trained_model', 'spread_between_runs']
 
 # %% ../nbs/14_pretrained.ipynb #1f64a127
 import json
@@ -130,3 +130,24 @@ def load_trained_model(path: str | Path | None = None,  # a folder written by `b
         print(f"no trained weights in {path}: training them with the recipe (this takes a while)")
         build_pretrained(recipe, path, data_dir, device=device)
     return Translator.from_checkpoint(path, device)
+
+# %% ../nbs/14_pretrained.ipynb #726456be
+def spread_between_runs(folder: str | Path | None = None,  # the experiment records (default: the package's pretrained/ folder)
+                        ) -> dict[str, float]:  # BLEU on val between two runs of one recipe, by what differed
+    "How far apart two runs of one recipe land on val: with the seed held on two CPUs, and across seeds on one CPU."
+    folder = Path(folder) if folder else shipped_model_dir().parent
+    read = lambda name: json.loads((folder / name).read_text())
+    fourteen, longer, precision = read("results_14_epochs.json"), read("longer.json"), read("precision.json")
+    # the 14-epoch recipe's last epochs averaged: in the model it shipped, and in the same settings and seed run again
+    again = next(run for run in longer["runs"]
+                 if not run["continues"] and run["dropout"] == fourteen["recipe"]["model"]["dropout"])
+    redone = next(r for r in again[f"average_of_last_{AVERAGE_LAST}"] if r["epoch"] == fourteen["epochs"])
+    gaps = {"same seed, two CPUs": abs(redone["val_bleu"] - fourteen["candidates_val_bleu_greedy"][averaged_candidate()])}
+    # the shipped recipe in bf16, one run per seed: the better of each run's two candidates, as build_pretrained picks
+    seeds = [pair for name, pair in precision.items() if name != "metric"
+             and (pair["epochs"], pair["dropout"], pair["cooldown"]) == (RECIPE.epochs, RECIPE.model.dropout, RECIPE.cooldown)]
+    if len(seeds) > 1:
+        better = [max(pair["candidates_val_bleu_greedy"]["bf16"].values()) for pair in seeds]
+        gaps["other seeds, one CPU"] = max(better) - min(better)
+    return {what: round(gap, 2) for what, gap in gaps.items()}
+
