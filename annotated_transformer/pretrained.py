@@ -6,7 +6,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.h
 
 # %% auto #0
 __all__ = ['RECIPE', 'AVERAGE_LAST', 'BEST_CANDIDATE', 'averaged_candidate', 'hardware', 'export_pretrained', 'measure_bleu',
-           'choose_on_val', 'build_pretrained', 'load_trained_model', 'spread_between_runs']
+           'choose_on_val', 'build_pretrained', 'load_trained_model', 'seed_runs', 'spread_between_runs']
 
 # %% ../nbs/14_pretrained.ipynb #1f64a127
 import json
@@ -132,6 +132,12 @@ def load_trained_model(path: str | Path | None = None,  # a folder written by `b
     return Translator.from_checkpoint(path, device)
 
 # %% ../nbs/14_pretrained.ipynb #726456be
+def seed_runs(precision: dict,  # the contents of precision.json
+              ) -> list[dict]:  # the comparisons `recipe`, `recipe_seed1`, `recipe_seed2`, ... by seed
+    "The runs of the shipped recipe in precision.json, one per seed (seed 0's beside its fp32 run)."
+    return sorted((pair for name, pair in precision.items() if name == "recipe" or name.startswith("recipe_seed")),
+                  key=lambda pair: pair["seed"])
+
 def spread_between_runs(folder: str | Path | None = None,  # the experiment records (default: the package's pretrained/ folder)
                         ) -> dict[str, float]:  # BLEU on val between two runs of one recipe, by what differed
     "How far apart two runs of one recipe land on val: with the seed held on two CPUs, and across seeds on one CPU."
@@ -144,8 +150,7 @@ def spread_between_runs(folder: str | Path | None = None,  # the experiment reco
     redone = next(r for r in again[f"average_of_last_{AVERAGE_LAST}"] if r["epoch"] == fourteen["epochs"])
     gaps = {"same seed, two CPUs": abs(redone["val_bleu"] - fourteen["candidates_val_bleu_greedy"][averaged_candidate()])}
     # the shipped recipe in bf16, one run per seed: the better of each run's two candidates, as build_pretrained picks
-    seeds = [pair for name, pair in precision.items() if name != "metric"
-             and (pair["epochs"], pair["dropout"], pair["cooldown"]) == (RECIPE.epochs, RECIPE.model.dropout, RECIPE.cooldown)]
+    seeds = seed_runs(precision)
     if len(seeds) > 1:
         better = [max(pair["candidates_val_bleu_greedy"]["bf16"].values()) for pair in seeds]
         gaps["other seeds, one CPU"] = max(better) - min(better)
