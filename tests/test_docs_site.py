@@ -203,3 +203,32 @@ def test_api_reference_shows_the_parameter_comments():
     html = re.sub(r"<[^>]+>", "", (SITE / "api.html").read_text())
     assert "accum_iter (int) – micro-batches per optimizer step (gradient accumulation)" in html
     assert "Define the computation performed at every call" not in html  # no docstrings inherited from torch
+
+
+def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
+    "Names and punctuation lose their spans only where pygments.css colours them as the code's own text, in both themes."
+    sys.path.insert(0, str(ROOT / "tools"))
+    from build_docs import unwrap_plain_tokens
+    block = ('<div class="highlight"><pre><span class="n">x</span> <span class="o">=</span> '
+             '<span class="n">f</span><span class="p">(</span><span class="mi">1</span><span class="p">)</span></pre></div>')
+    prose = '<p><span class="n">not code</span></p>'
+    rules = lambda dark_name: (
+        'html[data-theme="light"] .highlight { background: #fefefe; color: #080808 }\n'
+        'html[data-theme="light"] .highlight .n { color: #080808 } /* Name */\n'
+        'html[data-theme="light"] .highlight .p { color: #080808 } /* Punctuation */\n'
+        'html[data-theme="dark"] .highlight { background: #2b2b2b; color: #F8F8F2 }\n'
+        f'html[data-theme="dark"] .highlight .n {{ color: {dark_name} }} /* Name */\n'
+        'html[data-theme="dark"] .highlight .p { color: #f8f8f2 } /* Punctuation */\n')
+    (tmp_path / "_static").mkdir()
+    for dark_name, kept in (("#F8F8F2", []), ("#66D9EF", ["n"])):  # a dark theme that colours names apart keeps them
+        (tmp_path / "_static" / "pygments.css").write_text(rules(dark_name))
+        (tmp_path / "page.html").write_text(prose + block)
+        unwrap_plain_tokens(tmp_path)
+        page = (tmp_path / "page.html").read_text()
+        assert page.startswith(prose), page  # only inside code blocks
+        assert re.sub(r"<[^>]+>", "", page) == re.sub(r"<[^>]+>", "", prose + block)  # the same text
+        assert sorted(set(re.findall(r'class="(n|p)"', page.removeprefix(prose)))) == kept, page
+        assert '<span class="o">=</span>' in page and '<span class="mi">1</span>' in page  # styled tokens keep theirs
+    built = SITE / "_static" / "pygments.css"
+    if built.exists():  # the theme the site is built with colours both as the code's text: its pages have no such spans
+        assert not re.search(r'<span class="[np]">', (SITE / "01_attention.html").read_text())
