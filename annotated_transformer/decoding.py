@@ -6,7 +6,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 
 # %% auto #0
 __all__ = ['MAX_BEAM', 'MAX_ALPHA', 'AttentionCache', 'DecoderCache', 'decode_step', 'greedy_decode_cached', 'length_penalty',
-           'beam_search', 'sequence_score', 'Translator', 'translate', 'shipped_model_dir']
+           'beam_search', 'sequence_score', 'padded_batches', 'Translator', 'translate', 'shipped_model_dir']
 
 # %% ../nbs/11_decoding.ipynb #1bd577e0
 import math
@@ -225,6 +225,18 @@ def _sentence_list(sentences) -> list[str]:
             raise TypeError(f"sentence {i + 1} is {type(s).__name__}, expected a string (decode bytes first)")
     return sentences
 
+def padded_batches(encoded: list[list[int]],  # id sequences, e.g. encoded sentences
+                   batch_size: int,  # sequences per batch
+                   ):  # yields (the sequences' indices in `encoded`, (batch, longest) ids padded with PAD)
+    "Batches of sequences of similar length (sorted by length), so that little of each batch is padding."
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        src = torch.full((len(idx), max(len(encoded[i]) for i in idx)), PAD, dtype=torch.long)
+        for row, i in enumerate(idx):
+            src[row, :len(encoded[i])] = torch.tensor(encoded[i])
+        yield idx, src
+
 class Translator:
     "Model + vocabularies; translates raw source sentences to target text (never `<unk>` with subwords)."
     def __init__(self, model: EncoderDecoder,
@@ -287,18 +299,12 @@ class Translator:
     def _translate_encoded(self, encoded: list[list[int]], beam_size, alpha, max_extra, batch_size) -> list[str]:
         "Decode id sequences in batches of similar length; detokenized outputs in input order."
         device = next(self.model.parameters()).device
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results = [None] * len(encoded)
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            width = max(len(encoded[i]) for i in idx)
-            src = torch.full((len(idx), width), PAD, dtype=torch.long)
-            for row, i in enumerate(idx):
-                src[row, :len(encoded[i])] = torch.tensor(encoded[i])
+        for idx, src in padded_batches(encoded, batch_size):
             src = src.to(device)
             src_mask = (src != PAD).unsqueeze(-2)
             if beam_size == 1:
-                out = greedy_decode_cached(self.model, src, src_mask, width + max_extra + 1, BOS, EOS, self.banned)
+                out = greedy_decode_cached(self.model, src, src_mask, src.size(1) + max_extra + 1, BOS, EOS, self.banned)
                 outputs = [row[1:] for row in out.tolist()]
             else:
                 outputs, _ = beam_search(self.model, src, src_mask, beam_size, alpha, max_extra, banned=self.banned)

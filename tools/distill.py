@@ -1,0 +1,164 @@
+"""Distillation from the recipe's four runs: train the recipe on the training set plus the four runs' own translations of it.
+
+The shipped recipe has been trained four times: the shipped model (fp32, seed 0) and three bf16 runs with seeds 0, 1
+and 2 (tools/precision_run.py). Their predictions, averaged, form an ensemble that translates better than any one of
+them; an ensemble does not fit in the 30 MB a shipped model may take, but what it knows can be taught to one model of
+the recipe's size (sequence-level knowledge distillation, Kim and Rush 2016):
+
+1. `teach`: the ensemble translates the 29,000 German training sentences greedily, following at each step the mean
+   of the four models' log-probabilities (each teacher is the candidate its run would ship: its best epoch or its
+   averaged last epochs, whichever scored higher on val). Only the training set's German side is read.
+2. The corpus for the student is the training set twice: once with its own English, once with the ensemble's
+   (val and test are Multi30k's own). The student is the recipe, unchanged but for two things: it trains in bf16, like
+   the three seed runs it is compared with, and for 19 epochs of this corpus (the last 4 cooling down) instead of 38
+   (the last 8): with twice the pairs per epoch, that is the recipe's number of optimizer steps and its schedule.
+3. `collect` scores the student's candidates on val as `build_pretrained` does, beside the ensemble's own val score,
+   and writes annotated_transformer/pretrained/distill.json, which the trained-model chapter reads. The test sets are
+   not used.
+
+    python tools/distill.py run --runs-dir runs/distill      # teaches (once), then trains the student (resumes)
+    python tools/distill.py collect --runs-dir runs/distill  # writes annotated_transformer/pretrained/distill.json
+"""
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
+from precision_run import COMPARISONS, KEEP, averaged_val_bleu, val_bleu  # tools/precision_run.py: the seed runs
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from annotated_transformer.data import BOS, EOS, PAD, UNK, load_multi30k  # noqa: E402 (the package of this checkout)
+from annotated_transformer.decoding import DecoderCache, Translator, decode_step, padded_batches, shipped_model_dir  # noqa: E402
+from annotated_transformer.evaluation import bleu  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, hardware  # noqa: E402
+from annotated_transformer.train import train  # noqa: E402
+
+PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
+OUT = PRETRAINED / "distill.json"
+SEED_RUNS = ("recipe", "recipe_seed1", "recipe_seed2")  # the bf16 runs of the recipe in precision.json
+STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
+MAX_EXTRA = 50  # output tokens beyond the source length, as `Translator.translate` allows
+
+
+def teachers(precision_runs: Path) -> dict[str, Path]:
+    "The shipped model, and each bf16 seed run's candidate with the higher val score in precision.json."
+    chosen = {"shipped model (fp32, seed 0)": shipped_model_dir()}
+    records = json.loads((PRETRAINED / "precision.json").read_text())
+    for name in SEED_RUNS:
+        scores = records[name]["candidates_val_bleu_greedy"]["bf16"]
+        best = max(scores, key=scores.get)
+        folder = precision_runs / COMPARISONS[name][2] / ("best" if best == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
+        chosen[f"bf16, seed {records[name]['seed']} ({best})"] = folder
+    return chosen
+
+
+@torch.no_grad()
+def ensemble_greedy(models: list,  # EncoderDecoder models sharing one target vocabulary
+                    src: torch.Tensor,  # (batch, src_len)
+                    src_mask: torch.Tensor,  # (batch, 1, src_len)
+                    max_len: int,  # maximum output length, <s> included
+                    ) -> list[list[int]]:  # each sentence's output ids, without <s>, up to and including </s>
+    "Greedy decoding of the mean of the models' log-probabilities; every model keeps its own key/value cache."
+    memories = [model.encode(src, src_mask) for model in models]  # (batch, src_len, d_model) each
+    caches = [DecoderCache(len(model.decoder.layers)) for model in models]
+    outputs = [[] for _ in range(src.size(0))]
+    rows = list(range(src.size(0)))  # the sentences still decoding, in the order of the batch's remaining rows
+    last = torch.full((src.size(0),), BOS, dtype=src.dtype, device=src.device)  # (active,)
+    for _ in range(max_len - 1):
+        logp = torch.stack([model.generator(decode_step(model, last, memory, src_mask, cache))
+                            for model, memory, cache in zip(models, memories, caches)]).mean(0)  # (active, V)
+        logp[:, UNK] = float("-inf")  # subwords spell every word
+        last = logp.argmax(dim=-1)  # (active,)
+        for row, token in zip(rows, last.tolist()):
+            outputs[row].append(token)
+        going = last != EOS
+        if not bool(going.any()):
+            break
+        keep = going.nonzero().squeeze(1)
+        for cache in caches:
+            cache.reorder(keep)
+        src_mask, last, rows = src_mask[keep], last[keep], [rows[i] for i in keep.tolist()]
+    return outputs
+
+
+def ensemble_translate(translators: list[Translator], sentences: list[str], batch_size: int = 64) -> list[str]:
+    "Translate raw sentences with the ensemble of `translators` (one vocabulary), in batches of similar length."
+    first = translators[0]
+    encoded = [first.encode(s) for s in sentences]
+    results = [""] * len(encoded)
+    for idx, src in padded_batches(encoded, batch_size):
+        outputs = ensemble_greedy([t.model for t in translators], src, (src != PAD).unsqueeze(-2), src.size(1) + MAX_EXTRA + 1)
+        for row, i in enumerate(idx):
+            results[i] = first.tgt_codec.decode_text(outputs[row])
+    return results
+
+
+def load_teachers(folders: dict[str, Path]) -> list[Translator]:
+    "The teachers on the CPU, after checking that they share the shipped model's vocabulary."
+    translators = [Translator.from_checkpoint(folder, "cpu") for folder in folders.values()]
+    vocab = (shipped_model_dir() / "tokenizer.json").read_bytes()
+    for name, folder in folders.items():
+        if (folder / "tokenizer.json").read_bytes() != vocab:
+            raise SystemExit(f"{folder} ({name}) has another vocabulary than the shipped model: an ensemble needs one")
+    return translators
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    "Write a file of one sentence a line, atomically."
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def teach(corpus: Path, precision_runs: Path) -> None:
+    "Write the student's corpus: train twice (own English, then the ensemble's), val and test as they are."
+    if (corpus / "train.en").exists():
+        return
+    corpus.mkdir(parents=True, exist_ok=True)
+    pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
+    taught = ensemble_translate(load_teachers(teachers(precision_runs)), [de for de, _ in pairs["train"]])
+    write_lines(corpus / "teacher.en", taught)
+    for split in ("val", "test"):
+        write_lines(corpus / f"{split}.de", [de for de, _ in pairs[split]])
+        write_lines(corpus / f"{split}.en", [en for _, en in pairs[split]])
+    write_lines(corpus / "train.de", [de for de, _ in pairs["train"]] * 2)
+    write_lines(corpus / "train.en", [en for _, en in pairs["train"]] + taught)  # written last: the corpus is complete
+
+
+def run(runs_dir: Path) -> None:
+    "Teach (once), then train the student (resuming after a stop)."
+    teach(runs_dir / "corpus", ROOT / "runs" / "precision")
+    train(replace(STUDENT, out_dir=str(runs_dir / "student"), corpus_dir=str(runs_dir / "corpus")))
+
+
+def collect(runs_dir: Path, out: Path = OUT) -> dict:
+    "The ensemble's val score and the student's epochs and candidates on val."
+    records = finished(runs_dir / "student")
+    if len(records) < STUDENT.epochs:
+        raise SystemExit(f"{runs_dir / 'student'} has {len(records)} of {STUDENT.epochs} epochs: "
+                         "`python tools/distill.py run` trains it")
+    folders = teachers(ROOT / "runs" / "precision")
+    val = load_multi30k("val")
+    ensemble = ensemble_translate(load_teachers(folders), [de for de, _ in val])
+    student = runs_dir / "student"
+    return {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
+            "teachers": list(folders), "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in val])[0], 2),
+            "student": {"epochs": STUDENT.epochs, "cooldown": STUDENT.cooldown, "seed": STUDENT.seed,
+                        "precision": "bf16 autocast", "pairs_per_epoch": 2 * len(load_multi30k("train")),
+                        "hardware": hardware(), "torch": torch.__version__,
+                        "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in records],
+                        "candidates_val_bleu_greedy": {BEST_CANDIDATE: val_bleu(student / "best"),
+                                                       averaged_candidate(): averaged_val_bleu(student)}}}
+
+
+def main() -> None:
+    run_or_collect(__doc__, run, collect, "runs/distill", OUT)
+
+
+if __name__ == "__main__":
+    main()
