@@ -1,5 +1,7 @@
-"""tools/distill.py: the ensemble decodes what each model's mean log-probabilities pick (one model: what greedy
-decoding gives), and the student is the recipe with half the epochs of a corpus twice as large."""
+"""tools/distill.py: the ensemble decodes what the models' mean log-probabilities pick (one model: what greedy decoding
+gives), rows that end leave the batch without disturbing the others, and the student's corpus is the training set with
+its references, then again with the ensemble's translations, beside val and test as they are."""
+import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -9,58 +11,87 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
+import distill  # noqa: E402
 from annotated_transformer.data import BOS, EOS, PAD, UNK  # noqa: E402
 from annotated_transformer.decoding import greedy_decode_cached  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
 from annotated_transformer.pretrained import RECIPE  # noqa: E402
-from distill import STUDENT, ensemble_greedy, write_lines  # noqa: E402
+from distill import STUDENT, ensemble_greedy, teach  # noqa: E402
 
 
-def models(n: int, vocab: int = 13) -> list:
+def models(n: int, eos: float, vocab: int = 13) -> list:
+    "`n` small random models; `eos` raises </s>'s logit, so that some sentences end early and others run to the limit."
     result = []
     for seed in range(n):
         torch.manual_seed(seed)
-        result.append(make_model(vocab, vocab, N=2, d_model=32, d_ff=64, h=4).eval())
+        model = make_model(vocab, vocab, N=2, d_model=32, d_ff=64, h=4).eval()
+        with torch.no_grad():
+            model.generator.proj.bias[EOS] += eos
+        result.append(model)
     return result
 
 
-def source(batch: int = 5, length: int = 7, vocab: int = 13) -> tuple[torch.Tensor, torch.Tensor]:
+def source(batch: int = 6, length: int = 7, vocab: int = 13) -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(10)
     src = torch.randint(4, vocab, (batch, length))
     src[1, 4:] = PAD  # a shorter sentence
     return src, (src != PAD).unsqueeze(-2)
 
 
+def ended(outputs: list[list[int]]) -> list[bool]:
+    return [out[-1] == EOS for out in outputs]
+
+
 def test_an_ensemble_of_one_is_greedy_decoding():
-    (model,), (src, mask) = models(1), source()
-    expected = greedy_decode_cached(model, src, mask, 12, BOS, EOS, banned=UNK)
-    got = ensemble_greedy([model], src, mask, 12)
+    (model,), (src, mask) = models(1, eos=2.0), source()
+    expected = greedy_decode_cached(model, src, mask, 10, BOS, EOS, banned=UNK)
+    got = ensemble_greedy([model], src, mask, 10)
+    assert any(ended(got)) and not all(ended(got))  # rows leave the batch while others go on
     for row, out in zip(expected.tolist(), got):
         row = row[1:]
         assert out == (row[:row.index(EOS) + 1] if EOS in row else row)
 
 
 def test_each_step_follows_the_mean_of_the_log_probabilities():
-    ensemble, (src, mask) = models(3), source()
+    ensemble, (src, mask) = models(3, eos=0.5), source()
     got = ensemble_greedy(ensemble, src, mask, 10)
-    for i, out in enumerate(got):  # recompute every step with whole forward passes, no cache
+    assert any(ended(got)) and not all(ended(got))
+    for i, out in enumerate(got):  # every step again, with whole forward passes and no cache
         ys = torch.tensor([[BOS] + out[:-1]])
         for t in range(len(out)):
-            prefix = ys[:, :t + 1]
             tgt_mask = torch.tril(torch.ones(1, t + 1, t + 1, dtype=torch.bool))
-            step = torch.stack([m.generator(m(src[i:i + 1], prefix, mask[i:i + 1], tgt_mask))[0, -1] for m in ensemble]).mean(0)
+            step = torch.stack([m.generator(m(src[i:i + 1], ys[:, :t + 1], mask[i:i + 1], tgt_mask))[0, -1]
+                                for m in ensemble]).mean(0)
             step[UNK] = float("-inf")
             assert int(step.argmax()) == out[t], (i, t)
         assert out[-1] == EOS or len(out) == 9
 
 
-def test_the_student_is_the_recipe_on_twice_the_pairs():
+def test_the_student_is_the_recipe_with_half_the_epochs_in_bf16():
     recipe, student = asdict(RECIPE), asdict(STUDENT)
     assert {k for k in recipe if recipe[k] != student[k]} == {"epochs", "cooldown", "precision"}
     assert (2 * STUDENT.epochs, 2 * STUDENT.cooldown, STUDENT.precision) == (RECIPE.epochs, RECIPE.cooldown, "bf16")
 
 
-def test_corpus_files_are_written_whole(tmp_path):
-    write_lines(tmp_path / "train.en", ["A dog.", "Zwei Männer."])
-    assert (tmp_path / "train.en").read_text(encoding="utf-8") == "A dog.\nZwei Männer.\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["train.en"]
+def test_the_corpus(tmp_path, monkeypatch):
+    splits = {"train": [("Ein Hund.", "A dog."), ("Zwei Männer.", "Two men.")], "val": [("Eine Katze.", "A cat.")],
+              "test": [("Ein Ball.", "A ball.")]}
+    asked = []
+    monkeypatch.setattr(distill, "load_multi30k", lambda split: splits[split])
+    monkeypatch.setattr(distill, "teachers", lambda runs=None: {"a": Path("a"), "b": Path("b")})
+    monkeypatch.setattr(distill, "load_teachers", lambda folders: list(folders))
+    monkeypatch.setattr(distill, "ensemble_translate", lambda teachers, german: asked.append(german) or ["One dog.", "2 men."])
+    teach(tmp_path / "corpus")
+    read = lambda name: (tmp_path / "corpus" / name).read_text(encoding="utf-8").splitlines()
+    assert asked == [["Ein Hund.", "Zwei Männer."]]  # the ensemble translates the training German and nothing else
+    assert read("train.de") == ["Ein Hund.", "Zwei Männer.", "Ein Hund.", "Zwei Männer."]
+    assert read("train.en") == ["A dog.", "Two men.", "One dog.", "2 men."]
+    assert (read("val.de"), read("val.en"), read("test.de"), read("test.en")) == (["Eine Katze."], ["A cat."], ["Ein Ball."], ["A ball."])
+    assert json.loads((tmp_path / "corpus" / "teachers.json").read_text()) == {"a": "a", "b": "b"}
+    assert not list((tmp_path / "corpus").glob("*.tmp"))
+    # a stop after the ensemble's pass: its translations are kept and not made again; a complete corpus is left alone
+    (tmp_path / "corpus" / "train.en").unlink()
+    teach(tmp_path / "corpus")
+    assert len(asked) == 1 and read("train.en") == ["A dog.", "Two men.", "One dog.", "2 men."]
+    teach(tmp_path / "corpus")
+    assert len(asked) == 1

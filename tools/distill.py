@@ -1,20 +1,23 @@
 """Distillation from the recipe's four runs: train the recipe on the training set plus the four runs' own translations of it.
 
 The shipped recipe has been trained four times: the shipped model (fp32, seed 0) and three bf16 runs with seeds 0, 1
-and 2 (tools/precision_run.py). Their predictions, averaged, form an ensemble that translates better than any one of
-them; an ensemble does not fit in the 30 MB a shipped model may take, but what it knows can be taught to one model of
-the recipe's size (sequence-level knowledge distillation, Kim and Rush 2016):
+and 2 (tools/precision_run.py, whose runs this script reads from runs/precision). Averaging their predictions makes an
+ensemble that translates better than any one of them, but four models do not fit in the 30 MB a shipped model may
+take. Sequence-level knowledge distillation (Kim and Rush 2016) trains one model of the usual size on the ensemble's
+translations instead:
 
 1. `teach`: the ensemble translates the 29,000 German training sentences greedily, following at each step the mean
-   of the four models' log-probabilities (each teacher is the candidate its run would ship: its best epoch or its
-   averaged last epochs, whichever scored higher on val). Only the training set's German side is read.
-2. The corpus for the student is the training set twice: once with its own English, once with the ensemble's
-   (val and test are Multi30k's own). The student is the recipe, unchanged but for two things: it trains in bf16, like
-   the three seed runs it is compared with, and for 19 epochs of this corpus (the last 4 cooling down) instead of 38
-   (the last 8): with twice the pairs per epoch, that is the recipe's number of optimizer steps and its schedule.
-3. `collect` scores the student's candidates on val as `build_pretrained` does, beside the ensemble's own val score,
-   and writes annotated_transformer/pretrained/distill.json, which the trained-model chapter reads. The test sets are
-   not used.
+   of the four models' log-probabilities. Each teacher is the candidate its run would ship: its best epoch or its
+   averaged last epochs, whichever scored higher on val. The ensemble translates nothing but the training set's German.
+2. The student's corpus is the training set twice: once with its own English, once with the ensemble's; its val and
+   test are Multi30k's own. The student is the recipe with two changes: it trains in bf16, like the three seed runs,
+   and for 19 epochs of this corpus (the last 4 cooling down) instead of 38 (the last 8). With twice the pairs per
+   epoch that is about the recipe's number of optimizer steps on the recipe's schedule (batches are cut by tokens, and
+   the ensemble's sentences are not exactly as long as the references). Like every run, it learns its BPE vocabulary
+   from its own training corpus, which here includes the ensemble's English, so its vocabulary is not the shipped one.
+3. `collect` scores the teachers, the ensemble and the student's candidates on val, as `build_pretrained` scores
+   candidates, and writes annotated_transformer/pretrained/distill.json, which the trained-model chapter reads.
+   The test sets are not used.
 
     python tools/distill.py run --runs-dir runs/distill      # teaches (once), then trains the student (resumes)
     python tools/distill.py collect --runs-dir runs/distill  # writes annotated_transformer/pretrained/distill.json
@@ -39,13 +42,14 @@ from annotated_transformer.pretrained import AVERAGE_LAST, BEST_CANDIDATE, RECIP
 from annotated_transformer.train import train  # noqa: E402
 
 PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
+PRECISION_RUNS = ROOT / "runs" / "precision"  # where tools/precision_run.py trains the bf16 seed runs
 OUT = PRETRAINED / "distill.json"
 SEED_RUNS = ("recipe", "recipe_seed1", "recipe_seed2")  # the bf16 runs of the recipe in precision.json
 STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
 MAX_EXTRA = 50  # output tokens beyond the source length, as `Translator.translate` allows
 
 
-def teachers(precision_runs: Path) -> dict[str, Path]:
+def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
     "The shipped model, and each bf16 seed run's candidate with the higher val score in precision.json."
     chosen = {"shipped model (fp32, seed 0)": shipped_model_dir()}
     records = json.loads((PRETRAINED / "precision.json").read_text())
@@ -53,7 +57,7 @@ def teachers(precision_runs: Path) -> dict[str, Path]:
         scores = records[name]["candidates_val_bleu_greedy"]["bf16"]
         best = max(scores, key=scores.get)
         folder = precision_runs / COMPARISONS[name][2] / ("best" if best == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
-        chosen[f"bf16, seed {records[name]['seed']} ({best})"] = folder
+        chosen[f"bf16, seed {records[name]['seed']}, {'best epoch' if best == BEST_CANDIDATE else f'last {AVERAGE_LAST} averaged'}"] = folder
     return chosen
 
 
@@ -79,10 +83,11 @@ def ensemble_greedy(models: list,  # EncoderDecoder models sharing one target vo
         going = last != EOS
         if not bool(going.any()):
             break
-        keep = going.nonzero().squeeze(1)
-        for cache in caches:
-            cache.reorder(keep)
-        src_mask, last, rows = src_mask[keep], last[keep], [rows[i] for i in keep.tolist()]
+        if not bool(going.all()):  # drop finished rows: their caches, mask and bookkeeping
+            keep = going.nonzero().squeeze(1)
+            for cache in caches:
+                cache.reorder(keep)
+            src_mask, last, rows = src_mask[keep], last[keep], [rows[i] for i in keep.tolist()]
     return outputs
 
 
@@ -115,41 +120,58 @@ def write_lines(path: Path, lines: list[str]) -> None:
     os.replace(tmp, path)
 
 
-def teach(corpus: Path, precision_runs: Path) -> None:
-    "Write the student's corpus: train twice (own English, then the ensemble's), val and test as they are."
-    if (corpus / "train.en").exists():
+def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
+    """Write the student's corpus: train twice (own English, then the ensemble's), val and test as they are.
+    teachers.json names the teachers; the ensemble's translations (teacher.en) are kept, so a stop after them loses nothing."""
+    if (corpus / "train.en").exists():  # written last: the corpus is complete
         return
     corpus.mkdir(parents=True, exist_ok=True)
     pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
-    taught = ensemble_translate(load_teachers(teachers(precision_runs)), [de for de, _ in pairs["train"]])
-    write_lines(corpus / "teacher.en", taught)
+    german = [de for de, _ in pairs["train"]]
+    done = corpus / "teacher.en"
+    if done.exists() and len(done.read_text(encoding="utf-8").splitlines()) == len(german):
+        taught = done.read_text(encoding="utf-8").splitlines()
+    else:
+        folders = teachers(precision_runs)
+        write_lines(corpus / "teachers.json", [json.dumps({name: str(f) for name, f in folders.items()}, indent=1)])
+        taught = ensemble_translate(load_teachers(folders), german)
+        write_lines(done, taught)
     for split in ("val", "test"):
         write_lines(corpus / f"{split}.de", [de for de, _ in pairs[split]])
         write_lines(corpus / f"{split}.en", [en for _, en in pairs[split]])
-    write_lines(corpus / "train.de", [de for de, _ in pairs["train"]] * 2)
-    write_lines(corpus / "train.en", [en for _, en in pairs["train"]] + taught)  # written last: the corpus is complete
+    write_lines(corpus / "train.de", german * 2)
+    write_lines(corpus / "train.en", [en for _, en in pairs["train"]] + taught)
 
 
 def run(runs_dir: Path) -> None:
     "Teach (once), then train the student (resuming after a stop)."
-    teach(runs_dir / "corpus", ROOT / "runs" / "precision")
+    teach(runs_dir / "corpus")
     train(replace(STUDENT, out_dir=str(runs_dir / "student"), corpus_dir=str(runs_dir / "corpus")))
 
 
 def collect(runs_dir: Path, out: Path = OUT) -> dict:
-    "The ensemble's val score and the student's epochs and candidates on val."
-    records = finished(runs_dir / "student")
-    if len(records) < STUDENT.epochs:
-        raise SystemExit(f"{runs_dir / 'student'} has {len(records)} of {STUDENT.epochs} epochs: "
-                         "`python tools/distill.py run` trains it")
-    folders = teachers(ROOT / "runs" / "precision")
-    val = load_multi30k("val")
+    "The teachers' and the ensemble's val scores, and the student's run and candidates on val, from what the run used."
+    student, corpus = runs_dir / "student", runs_dir / "corpus"
+    settings = json.loads((student / "train_config.json").read_text())
+    records = finished(student)
+    if len(records) < settings["epochs"]:
+        raise SystemExit(f"{student} has {len(records)} of {settings['epochs']} epochs: `python tools/distill.py run` trains it")
+    folders = {name: Path(folder) for name, folder in json.loads((corpus / "teachers.json").read_text()).items()}
+    val, train_pairs = load_multi30k("val"), load_multi30k("train")
     ensemble = ensemble_translate(load_teachers(folders), [de for de, _ in val])
-    student = runs_dir / "student"
+    read = lambda name: (corpus / name).read_text(encoding="utf-8").splitlines()
+    own_eval = all(list(zip(read(f"{split}.de"), read(f"{split}.en"))) == load_multi30k(split) for split in ("val", "test"))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
-            "teachers": list(folders), "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in val])[0], 2),
-            "student": {"epochs": STUDENT.epochs, "cooldown": STUDENT.cooldown, "seed": STUDENT.seed,
-                        "precision": "bf16 autocast", "pairs_per_epoch": 2 * len(load_multi30k("train")),
+            "teachers_val_bleu_greedy": {name: val_bleu(folder) for name, folder in folders.items()},
+            "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in val])[0], 2),
+            "student": {**{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
+                        "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
+                        "pairs_per_epoch": len(read("train.en")),
+                        "train_is_references_then_ensemble": read("train.de") == [de for de, _ in train_pairs] * 2 and
+                                                             read("train.en") == [en for _, en in train_pairs] + read("teacher.en"),
+                        "val_and_test_are_multi30k": own_eval,
+                        "shipped_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
+                                              (shipped_model_dir() / "tokenizer.json").read_bytes(),
                         "hardware": hardware(), "torch": torch.__version__,
                         "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in records],
                         "candidates_val_bleu_greedy": {BEST_CANDIDATE: val_bleu(student / "best"),
