@@ -1,4 +1,4 @@
-"""The translation system of the data, training, decoding and evaluation chapters, trained for real: the recipe, the hardware and the time it took, test2016 BLEU for greedy decoding and beam search, experiments (how long to train, a wider model, an ablation, bf16 against fp32, the paper's post-norm against pre-norm, the length penalty), translations, the attention of a trained model, and `load_trained_model()`.
+"""The translation system of the data, training, decoding and evaluation chapters, trained for real: the recipe, the hardware and the time it took, test2016 BLEU for greedy decoding and beam search, experiments (how long to train, a wider model, an ablation, bf16 against fp32, distillation, the paper's post-norm against pre-norm, the length penalty), translations, the attention of a trained model, and `load_trained_model()`.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.html.md"""
 

@@ -1,6 +1,6 @@
 """Distillation from the recipe's four runs: train the recipe on the training set plus the four runs' own translations of it.
 
-The shipped recipe has been trained four times: the shipped model (fp32, seed 0) and three bf16 runs with seeds 0, 1
+The recipe has been trained four times: in fp32 with seed 0 (the shipped model) and in bf16 with seeds 0, 1
 and 2 (tools/precision_run.py, whose runs this script reads from runs/precision). Averaging their predictions makes an
 ensemble that translates better than any one of them, but four models do not fit in the 30 MB a shipped model may
 take. Sequence-level knowledge distillation (Kim and Rush 2016) trains one model of the usual size on the ensemble's
@@ -43,6 +43,7 @@ from annotated_transformer.train import train  # noqa: E402
 
 PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
 PRECISION_RUNS = ROOT / "runs" / "precision"  # where tools/precision_run.py trains the bf16 seed runs
+FP32_TEACHER = "the recipe (fp32, seed 0)"  # the shipped model
 OUT = PRETRAINED / "distill.json"
 SEED_RUNS = ("recipe", "recipe_seed1", "recipe_seed2")  # the bf16 runs of the recipe in precision.json
 STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
@@ -50,8 +51,8 @@ MAX_EXTRA = 50  # output tokens beyond the source length, as `Translator.transla
 
 
 def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
-    "The shipped model, and each bf16 seed run's candidate with the higher val score in precision.json."
-    chosen = {"shipped model (fp32, seed 0)": shipped_model_dir()}
+    "The shipped model (the recipe's fp32 run), and each bf16 seed run's candidate with the higher val score in precision.json."
+    chosen = {FP32_TEACHER: shipped_model_dir()}
     records = json.loads((PRETRAINED / "precision.json").read_text())
     for name in SEED_RUNS:
         scores = records[name]["candidates_val_bleu_greedy"]["bf16"]
@@ -104,12 +105,12 @@ def ensemble_translate(translators: list[Translator], sentences: list[str], batc
 
 
 def load_teachers(folders: dict[str, Path]) -> list[Translator]:
-    "The teachers on the CPU, after checking that they share the shipped model's vocabulary."
+    "The teachers on the CPU, after checking that they share one vocabulary."
     translators = [Translator.from_checkpoint(folder, "cpu") for folder in folders.values()]
-    vocab = (shipped_model_dir() / "tokenizer.json").read_bytes()
+    vocab = (next(iter(folders.values())) / "tokenizer.json").read_bytes()
     for name, folder in folders.items():
         if (folder / "tokenizer.json").read_bytes() != vocab:
-            raise SystemExit(f"{folder} ({name}) has another vocabulary than the shipped model: an ensemble needs one")
+            raise SystemExit(f"{folder} ({name}) has another vocabulary than {next(iter(folders))}: an ensemble needs one")
     return translators
 
 
@@ -170,8 +171,8 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
                         "train_is_references_then_ensemble": read("train.de") == [de for de, _ in train_pairs] * 2 and
                                                              read("train.en") == [en for _, en in train_pairs] + read("teacher.en"),
                         "val_and_test_are_multi30k": own_eval,
-                        "shipped_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
-                                              (shipped_model_dir() / "tokenizer.json").read_bytes(),
+                        "teachers_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
+                                               (folders[FP32_TEACHER] / "tokenizer.json").read_bytes(),
                         "hardware": hardware(), "torch": torch.__version__,
                         "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in records],
                         "candidates_val_bleu_greedy": {BEST_CANDIDATE: val_bleu(student / "best"),
