@@ -43,7 +43,7 @@ from annotated_transformer.train import train  # noqa: E402
 
 PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
 PRECISION_RUNS = ROOT / "runs" / "precision"  # where tools/precision_run.py trains the bf16 seed runs
-FP32_TEACHER = "the recipe (fp32, seed 0)"  # the shipped model
+SHORT = {BEST_CANDIDATE: "best epoch", averaged_candidate(): f"last {AVERAGE_LAST} averaged"}  # the candidates' names in a table
 OUT = PRETRAINED / "distill.json"
 SEED_RUNS = ("recipe", "recipe_seed1", "recipe_seed2")  # the bf16 runs of the recipe in precision.json
 STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
@@ -52,13 +52,14 @@ MAX_EXTRA = 50  # output tokens beyond the source length, as `Translator.transla
 
 def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
     "The shipped model (the recipe's fp32 run), and each bf16 seed run's candidate with the higher val score in precision.json."
-    chosen = {FP32_TEACHER: shipped_model_dir()}
+    shipped = json.loads((shipped_model_dir() / "results.json").read_text())["checkpoint"]
+    chosen = {f"fp32, seed 0, {SHORT[shipped]} (the shipped model)": shipped_model_dir()}
     records = json.loads((PRETRAINED / "precision.json").read_text())
     for name in SEED_RUNS:
         scores = records[name]["candidates_val_bleu_greedy"]["bf16"]
         best = max(scores, key=scores.get)
         folder = precision_runs / COMPARISONS[name][2] / ("best" if best == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
-        chosen[f"bf16, seed {records[name]['seed']}, {'best epoch' if best == BEST_CANDIDATE else f'last {AVERAGE_LAST} averaged'}"] = folder
+        chosen[f"bf16, seed {records[name]['seed']}, {SHORT[best]}"] = folder
     return chosen
 
 
@@ -172,7 +173,7 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
                                                              read("train.en") == [en for _, en in train_pairs] + read("teacher.en"),
                         "val_and_test_are_multi30k": own_eval,
                         "teachers_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
-                                               (folders[FP32_TEACHER] / "tokenizer.json").read_bytes(),
+                                               (next(iter(folders.values())) / "tokenizer.json").read_bytes(),
                         "hardware": hardware(), "torch": torch.__version__,
                         "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in records],
                         "candidates_val_bleu_greedy": {BEST_CANDIDATE: val_bleu(student / "best"),
