@@ -16,7 +16,8 @@ from annotated_transformer.data import BOS, EOS, PAD, UNK  # noqa: E402
 from annotated_transformer.decoding import greedy_decode_cached  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
 from annotated_transformer.pretrained import RECIPE  # noqa: E402
-from distill import STUDENT, ensemble_greedy, teach  # noqa: E402
+import pytest  # noqa: E402
+from distill import STUDENT, collect, ensemble_greedy, teach  # noqa: E402
 
 
 def models(n: int, eos: float, vocab: int = 13) -> list:
@@ -78,7 +79,11 @@ def test_the_corpus(tmp_path, monkeypatch):
               "test": [("Ein Ball.", "A ball.")]}
     asked = []
     monkeypatch.setattr(distill, "load_multi30k", lambda split: splits[split])
-    monkeypatch.setattr(distill, "teachers", lambda runs=None: {"a": Path("a"), "b": Path("b")})
+    folders = {"a": tmp_path / "a", "b": tmp_path / "b"}  # two teachers' checkpoint folders
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"")
+    monkeypatch.setattr(distill, "teachers", lambda runs=None: folders)
     monkeypatch.setattr(distill, "load_teachers", lambda folders: list(folders))
     monkeypatch.setattr(distill, "ensemble_translate", lambda teachers, german: asked.append(german) or ["One dog.", "2 men."])
     teach(tmp_path / "corpus")
@@ -87,7 +92,7 @@ def test_the_corpus(tmp_path, monkeypatch):
     assert read("train.de") == ["Ein Hund.", "Zwei Männer.", "Ein Hund.", "Zwei Männer."]
     assert read("train.en") == ["A dog.", "Two men.", "One dog.", "2 men."]
     assert (read("val.de"), read("val.en"), read("test.de"), read("test.en")) == (["Eine Katze."], ["A cat."], ["Ein Ball."], ["A ball."])
-    assert json.loads((tmp_path / "corpus" / "teachers.json").read_text()) == {"a": "a", "b": "b"}
+    assert json.loads((tmp_path / "corpus" / "teachers.json").read_text()) == {k: str(v) for k, v in folders.items()}
     assert not list((tmp_path / "corpus").glob("*.tmp"))
     # a stop after the ensemble's pass: its translations are kept and not made again; a complete corpus is left alone
     (tmp_path / "corpus" / "train.en").unlink()
@@ -95,3 +100,13 @@ def test_the_corpus(tmp_path, monkeypatch):
     assert len(asked) == 1 and read("train.en") == ["A dog.", "Two men.", "One dog.", "2 men."]
     teach(tmp_path / "corpus")
     assert len(asked) == 1
+
+
+def test_missing_runs_are_named_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(distill, "load_multi30k", lambda split: [("Ein Hund.", "A dog.")])
+    monkeypatch.setattr(distill, "teachers", lambda runs=None: {"bf16, seed 1": tmp_path / "seed1" / "best"})
+    with pytest.raises(SystemExit, match=r"no teacher weights in .*seed1/best \(bf16, seed 1\): `python tools/precision_run.py run`"):
+        teach(tmp_path / "corpus")
+    assert not (tmp_path / "corpus" / "train.en").exists()
+    with pytest.raises(SystemExit, match=r"no student run in .*student: `python tools/distill.py run"):
+        collect(tmp_path)

@@ -135,6 +135,10 @@ def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
         taught = done.read_text(encoding="utf-8").splitlines()
     else:
         folders = teachers(precision_runs)
+        missing = [f"{folder} ({name})" for name, folder in folders.items() if not (folder / "model.safetensors").is_file()]
+        if missing:
+            raise SystemExit(f"no teacher weights in {', '.join(missing)}: `python tools/precision_run.py run` trains the "
+                             "bf16 runs of the recipe")
         write_lines(corpus / "teachers.json", [json.dumps({name: str(f) for name, f in folders.items()}, indent=1)])
         taught = ensemble_translate(load_teachers(folders), german)
         write_lines(done, taught)
@@ -154,6 +158,8 @@ def run(runs_dir: Path) -> None:
 def collect(runs_dir: Path, out: Path = OUT) -> dict:
     "The teachers' and the ensemble's val scores, and the student's run and candidates on val, from what the run used."
     student, corpus = runs_dir / "student", runs_dir / "corpus"
+    if not (student / "train_config.json").is_file():
+        raise SystemExit(f"no student run in {student}: `python tools/distill.py run --runs-dir {runs_dir}` trains it")
     settings = json.loads((student / "train_config.json").read_text())
     records = finished(student)
     if len(records) < settings["epochs"]:
