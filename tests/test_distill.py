@@ -6,6 +6,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,7 +17,6 @@ from annotated_transformer.data import BOS, EOS, PAD, UNK  # noqa: E402
 from annotated_transformer.decoding import greedy_decode_cached  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
 from annotated_transformer.pretrained import RECIPE  # noqa: E402
-import pytest  # noqa: E402
 from distill import STUDENT, collect, ensemble_greedy, teach  # noqa: E402
 
 

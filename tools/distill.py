@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
+from ablation import finished, run_or_collect, write_json  # tools/ablation.py: finished epochs, the command line, JSON
 from precision_run import COMPARISONS, KEEP, averaged_val_bleu, val_bleu  # tools/precision_run.py: the seed runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,14 +38,13 @@ sys.path.insert(0, str(ROOT))
 from annotated_transformer.data import BOS, EOS, PAD, UNK, load_multi30k  # noqa: E402 (the package of this checkout)
 from annotated_transformer.decoding import DecoderCache, Translator, decode_step, padded_batches, shipped_model_dir  # noqa: E402
 from annotated_transformer.evaluation import bleu  # noqa: E402
-from annotated_transformer.pretrained import AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, hardware  # noqa: E402
+from annotated_transformer.pretrained import AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, hardware, seed_runs  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
 PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
 PRECISION_RUNS = ROOT / "runs" / "precision"  # where tools/precision_run.py trains the bf16 seed runs
 SHORT = {BEST_CANDIDATE: "best epoch", averaged_candidate(): f"last {AVERAGE_LAST} averaged"}  # the candidates' names in a table
 OUT = PRETRAINED / "distill.json"
-SEED_RUNS = ("recipe", "recipe_seed1", "recipe_seed2")  # the bf16 runs of the recipe in precision.json
 STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
 MAX_EXTRA = 50  # output tokens beyond the source length, as `Translator.translate` allows
 
@@ -55,11 +54,12 @@ def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
     shipped = json.loads((shipped_model_dir() / "results.json").read_text())["checkpoint"]
     chosen = {f"fp32, seed 0, {SHORT[shipped]} (the shipped model)": shipped_model_dir()}
     records = json.loads((PRETRAINED / "precision.json").read_text())
-    for name in SEED_RUNS:
-        scores = records[name]["candidates_val_bleu_greedy"]["bf16"]
+    names = {id(pair): name for name, pair in records.items()}  # seed_runs gives the runs; COMPARISONS their folders
+    for pair in seed_runs(records):
+        scores = pair["candidates_val_bleu_greedy"]["bf16"]
         best = max(scores, key=scores.get)
-        folder = precision_runs / COMPARISONS[name][2] / ("best" if best == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
-        chosen[f"bf16, seed {records[name]['seed']}, {SHORT[best]}"] = folder
+        folder = precision_runs / COMPARISONS[names[id(pair)]][2] / ("best" if best == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
+        chosen[f"bf16, seed {pair['seed']}, {SHORT[best]}"] = folder
     return chosen
 
 
@@ -95,11 +95,11 @@ def ensemble_greedy(models: list,  # EncoderDecoder models sharing one target vo
 
 def ensemble_translate(translators: list[Translator], sentences: list[str], batch_size: int = 64) -> list[str]:
     "Translate raw sentences with the ensemble of `translators` (one vocabulary), in batches of similar length."
-    first = translators[0]
+    first, models = translators[0], [t.model for t in translators]
     encoded = [first.encode(s) for s in sentences]
     results = [""] * len(encoded)
     for idx, src in padded_batches(encoded, batch_size):
-        outputs = ensemble_greedy([t.model for t in translators], src, (src != PAD).unsqueeze(-2), src.size(1) + MAX_EXTRA + 1)
+        outputs = ensemble_greedy(models, src, (src != PAD).unsqueeze(-2), src.size(1) + MAX_EXTRA + 1)
         for row, i in enumerate(idx):
             results[i] = first.tgt_codec.decode_text(outputs[row])
     return results
@@ -131,15 +131,14 @@ def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
     pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
     german = [de for de, _ in pairs["train"]]
     done = corpus / "teacher.en"
-    if done.exists() and len(done.read_text(encoding="utf-8").splitlines()) == len(german):
-        taught = done.read_text(encoding="utf-8").splitlines()
-    else:
+    taught = done.read_text(encoding="utf-8").splitlines() if done.exists() else []
+    if len(taught) != len(german):  # not translated yet (or for another training set)
         folders = teachers(precision_runs)
         missing = [f"{folder} ({name})" for name, folder in folders.items() if not (folder / "model.safetensors").is_file()]
         if missing:
             raise SystemExit(f"no teacher weights in {', '.join(missing)}: `python tools/precision_run.py run` trains the "
                              "bf16 runs of the recipe")
-        write_lines(corpus / "teachers.json", [json.dumps({name: str(f) for name, f in folders.items()}, indent=1)])
+        write_json(corpus / "teachers.json", {name: str(folder) for name, folder in folders.items()})
         taught = ensemble_translate(load_teachers(folders), german)
         write_lines(done, taught)
     for split in ("val", "test"):
@@ -165,18 +164,19 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
     if len(records) < settings["epochs"]:
         raise SystemExit(f"{student} has {len(records)} of {settings['epochs']} epochs: `python tools/distill.py run` trains it")
     folders = {name: Path(folder) for name, folder in json.loads((corpus / "teachers.json").read_text()).items()}
-    val, train_pairs = load_multi30k("val"), load_multi30k("train")
-    ensemble = ensemble_translate(load_teachers(folders), [de for de, _ in val])
+    pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
+    ensemble = ensemble_translate(load_teachers(folders), [de for de, _ in pairs["val"]])
     read = lambda name: (corpus / name).read_text(encoding="utf-8").splitlines()
-    own_eval = all(list(zip(read(f"{split}.de"), read(f"{split}.en"))) == load_multi30k(split) for split in ("val", "test"))
+    train_en = read("train.en")
+    own_eval = all(list(zip(read(f"{split}.de"), read(f"{split}.en"))) == pairs[split] for split in ("val", "test"))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
             "teachers_val_bleu_greedy": {name: val_bleu(folder) for name, folder in folders.items()},
-            "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in val])[0], 2),
+            "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in pairs["val"]])[0], 2),
             "student": {**{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
                         "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
-                        "pairs_per_epoch": len(read("train.en")),
-                        "train_is_references_then_ensemble": read("train.de") == [de for de, _ in train_pairs] * 2 and
-                                                             read("train.en") == [en for _, en in train_pairs] + read("teacher.en"),
+                        "pairs_per_epoch": len(train_en),
+                        "train_is_references_then_ensemble": read("train.de") == [de for de, _ in pairs["train"]] * 2 and
+                                                             train_en == [en for _, en in pairs["train"]] + read("teacher.en"),
                         "val_and_test_are_multi30k": own_eval,
                         "teachers_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
                                                (next(iter(folders.values())) / "tokenizer.json").read_bytes(),
