@@ -1,6 +1,7 @@
 """tools/gpu_check.sh, the GPU check CI cannot run: it parses, says what is wrong with a bad option,
 refuses to run without a GPU (exit 3, leaving the committed results untouched), and covers what it promises."""
 import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -68,3 +69,28 @@ def test_help_is_the_header_comment():
     assert res.returncode == 0
     lines = res.stdout.splitlines()
     assert lines[0].startswith("The project's GPU check") and "downloaded once into the cache" in lines[-1], lines[-1]
+
+
+def test_a_stopped_check_logs_the_step_in_flight(tmp_path):
+    """A check stopped by a time limit (as `timeout` stops it: TERM to the whole process group) ends its log with the
+    step that was running and for how long: the H100 log of step 6 used to end at the benchmark's first lines, with
+    nothing to say that the run had been cut off. Fake `python` (CUDA "found") and `annotated-transformer` (a copy
+    task that never ends) on PATH run the real script without a GPU."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "annotated-transformer").write_text("#!/bin/sh\necho training the copy task\nexec sleep 60\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    log = tmp_path / "log.txt"
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    res = subprocess.run(["timeout", "4", "bash", str(SCRIPT), "--steps", "2", "--log", str(log)],
+                         capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    assert res.returncode == 124, res.stderr  # stopped by timeout
+    for _ in range(100):  # tee, which writes the log, ends a moment after the script: wait until it has written
+        lines = log.read_text().splitlines()
+        if lines and lines[-1].startswith("-- "):
+            break
+        time.sleep(0.1)
+    assert "training the copy task" in lines
+    assert lines[-1].startswith("-- STOPPED after ") and lines[-1].endswith(" s: copy-task with its defaults reaches exact copies"), lines[-3:]

@@ -58,7 +58,7 @@ if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 
   exit 3
 fi
 mkdir -p "$(dirname "$LOG")"
-exec > >(tee "$LOG") 2>&1
+exec > >(trap '' TERM INT; exec tee "$LOG") 2>&1  # tee outlives a stop, so the stop's line below is logged
 
 python - <<'EOF'
 import datetime, torch
@@ -73,11 +73,15 @@ echo "steps     ${STEPS:1:${#STEPS}-2} (of 1-6)"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 FAILED=()
+CURRENT=""  # the step running now, and when it began: a check stopped by a time limit or Ctrl-C logs both
+CURRENT_T0=$SECONDS
+trap '[ -n "$CURRENT" ] && echo "-- STOPPED after $((SECONDS - CURRENT_T0)) s: $CURRENT"; exit 143' TERM INT
 step() {  # step NAME COMMAND...: run, report, remember failures
   local name=$1; shift
   echo; echo "== $name"
-  local t0=$SECONDS
-  if "$@"; then echo "-- ok ($((SECONDS - t0)) s): $name"; else echo "-- FAILED ($((SECONDS - t0)) s): $name"; FAILED+=("$name"); fi
+  CURRENT=$name; CURRENT_T0=$SECONDS
+  if "$@"; then echo "-- ok ($((SECONDS - CURRENT_T0)) s): $name"; else echo "-- FAILED ($((SECONDS - CURRENT_T0)) s): $name"; FAILED+=("$name"); fi
+  CURRENT=""
 }
 
 copy_task() {
@@ -104,7 +108,10 @@ EOF
 
 wanted() { [[ "$STEPS" == *",$1,"* ]]; }
 if wanted 1; then
-  step "notebooks with #| gpu cells (nbdev-test --flags gpu)" nbdev-test --flags gpu --n-workers 1 --timing
+  # a notebook per 4 cores (1 to 4 at a time), the cores shared out among them so that their threads do not contend
+  NB_WORKERS=$(( $(nproc) / 4 )); NB_WORKERS=$(( NB_WORKERS < 1 ? 1 : NB_WORKERS > 4 ? 4 : NB_WORKERS ))
+  step "notebooks with #| gpu cells (nbdev-test --flags gpu, $NB_WORKERS at a time)" \
+    env OMP_NUM_THREADS=$(( $(nproc) / NB_WORKERS )) nbdev-test --flags gpu --n-workers "$NB_WORKERS" --timing
   step "the tutorial's training run (#| slow cell of 13_train)" nbdev-test --flags slow --n-workers 1 nbs/13_train.ipynb
 fi
 wanted 2 && step "copy-task with its defaults reaches exact copies" copy_task
@@ -127,4 +134,5 @@ if [ ${#FAILED[@]} -gt 0 ]; then
   printf 'GPU check FAILED in %d step(s):\n' "${#FAILED[@]}"; printf '  - %s\n' "${FAILED[@]}"
   exit 1
 fi
-echo "GPU check passed (log: $ROOT/$LOG)"
+[[ "$LOG" == /* ]] || LOG="$ROOT/$LOG"
+echo "GPU check passed (log: $LOG)"
