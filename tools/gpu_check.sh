@@ -4,7 +4,7 @@
 #   bash tools/gpu_check.sh [--data-dir DIR] [--log FILE] [--no-bench] [--steps 1,2,3,4,5,6] [--dry-run]
 #
 # Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
-#   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu), and the `#| slow` training cell of
+#   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu, a few at a time), and the `#| slow` cell of
 #      13_train (the tutorial's model; the slow cell of 14_pretrained is left out: it rebuilds the shipped model);
 #   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
@@ -16,6 +16,7 @@
 # --no-bench leaves out the benchmarks, steps 5 and 6 (whatever the order of the two options); --dry-run prints the
 # steps and stops.
 # Exits 1 if any step failed (all steps run), 2 on a bad option, 3 without a CUDA GPU.
+# Stopped by Ctrl-C or by a time limit on its process group (timeout), it logs the step in flight and its seconds.
 # Everything printed also goes to --log (default: benchmarks/results_gpu.txt, with the date, GPU and torch).
 # No internet needed when the Multi30k files are on disk: --data-dir DIR, or $ANNOTATED_TRANSFORMER_DATA,
 # or ../shared/data/multi30k beside the checkout; otherwise they are downloaded once into the cache.
@@ -75,7 +76,12 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=()
 CURRENT=""  # the step running now, and when it began: a check stopped by a time limit or Ctrl-C logs both
 CURRENT_T0=$SECONDS
-trap '[ -n "$CURRENT" ] && echo "-- STOPPED after $((SECONDS - CURRENT_T0)) s: $CURRENT"; exit 143' TERM INT
+stopped() {  # stopped STATUS: log the step in flight, exit as a process ended by that signal does
+  [ -n "$CURRENT" ] && echo "-- STOPPED after $((SECONDS - CURRENT_T0)) s: $CURRENT"
+  exit "$1"
+}
+trap 'stopped 143' TERM
+trap 'stopped 130' INT
 step() {  # step NAME COMMAND...: run, report, remember failures
   local name=$1; shift
   echo; echo "== $name"
@@ -108,10 +114,14 @@ EOF
 
 wanted() { [[ "$STEPS" == *",$1,"* ]]; }
 if wanted 1; then
-  # a notebook per 4 cores (1 to 4 at a time), the cores shared out among them so that their threads do not contend
-  NB_WORKERS=$(( $(nproc) / 4 )); NB_WORKERS=$(( NB_WORKERS < 1 ? 1 : NB_WORKERS > 4 ? 4 : NB_WORKERS ))
+  # a notebook per 4 cores and per 16 GiB of GPU memory (1 to 4 at a time), the cores shared out among them so that
+  # their threads do not contend (nproc without OMP_NUM_THREADS, which it would report instead of the cores)
+  CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+  GPU_GIB=$(python -c "import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)")
+  NB_WORKERS=$(( CORES / 4 < GPU_GIB / 16 ? CORES / 4 : GPU_GIB / 16 ))
+  NB_WORKERS=$(( NB_WORKERS < 1 ? 1 : NB_WORKERS > 4 ? 4 : NB_WORKERS ))
   step "notebooks with #| gpu cells (nbdev-test --flags gpu, $NB_WORKERS at a time)" \
-    env OMP_NUM_THREADS=$(( $(nproc) / NB_WORKERS )) nbdev-test --flags gpu --n-workers "$NB_WORKERS" --timing
+    env OMP_NUM_THREADS=$(( CORES / NB_WORKERS )) nbdev-test --flags gpu --n-workers "$NB_WORKERS" --timing
   step "the tutorial's training run (#| slow cell of 13_train)" nbdev-test --flags slow --n-workers 1 nbs/13_train.ipynb
 fi
 wanted 2 && step "copy-task with its defaults reaches exact copies" copy_task
