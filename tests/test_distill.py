@@ -1,6 +1,7 @@
 """tools/distill.py: the ensemble decodes what the models' mean log-probabilities pick (one model: what greedy decoding
-gives), rows that end leave the batch without disturbing the others, and the student's corpus is the training set with
-its references, then again with the ensemble's translations, beside val and test as they are."""
+gives), rows that end leave the batch without disturbing the others, the first student's corpus is the training set
+with its references, then again with the ensemble's translations, and the second student's the training German with the
+ensemble's translations alone, each beside val and test as they are."""
 import json
 import sys
 from dataclasses import asdict
@@ -17,7 +18,7 @@ from annotated_transformer.data import BOS, EOS, PAD, UNK  # noqa: E402
 from annotated_transformer.decoding import greedy_decode_cached  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
 from annotated_transformer.pretrained import RECIPE  # noqa: E402
-from distill import STUDENT, collect, ensemble_greedy, teach  # noqa: E402
+from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, collect, ensemble_greedy, ensemble_only, teach  # noqa: E402
 
 
 def models(n: int, eos: float, vocab: int = 13) -> list:
@@ -72,6 +73,8 @@ def test_the_student_is_the_recipe_with_half_the_epochs_in_bf16():
     recipe, student = asdict(RECIPE), asdict(STUDENT)
     assert {k for k in recipe if recipe[k] != student[k]} == {"epochs", "cooldown", "precision"}
     assert (2 * STUDENT.epochs, 2 * STUDENT.cooldown, STUDENT.precision) == (RECIPE.epochs, RECIPE.cooldown, "bf16")
+    only = asdict(STUDENT_ENSEMBLE_ONLY)
+    assert {k for k in recipe if recipe[k] != only[k]} == {"precision"} and STUDENT_ENSEMBLE_ONLY.precision == "bf16"
 
 
 def test_the_corpus(tmp_path, monkeypatch):
@@ -100,6 +103,15 @@ def test_the_corpus(tmp_path, monkeypatch):
     assert len(asked) == 1 and read("train.en") == ["A dog.", "Two men.", "One dog.", "2 men."]
     teach(tmp_path / "corpus")
     assert len(asked) == 1
+    # the second student's corpus: the training German once, the ensemble's English, the same val and test
+    only = ensemble_only(tmp_path / "corpus")
+    assert only == tmp_path / "corpus_ensemble_only"
+    read = lambda name: (only / name).read_text(encoding="utf-8").splitlines()
+    assert (read("train.de"), read("train.en")) == (["Ein Hund.", "Zwei Männer."], ["One dog.", "2 men."])
+    assert (read("val.de"), read("val.en"), read("test.de"), read("test.en")) == (["Eine Katze."], ["A cat."], ["Ein Ball."], ["A ball."])
+    assert not list(only.glob("*.tmp"))
+    (only / "train.de").write_text("left alone\n", encoding="utf-8")  # a complete corpus is not written again
+    assert ensemble_only(tmp_path / "corpus") == only and read("train.de") == ["left alone"]
 
 
 def test_missing_runs_are_named_in_one_line(tmp_path, monkeypatch):
@@ -109,4 +121,10 @@ def test_missing_runs_are_named_in_one_line(tmp_path, monkeypatch):
         teach(tmp_path / "corpus")
     assert not (tmp_path / "corpus" / "train.en").exists()
     with pytest.raises(SystemExit, match=r"no student run in .*student: `python tools/distill.py run"):
+        collect(tmp_path)
+    first = tmp_path / "student"
+    first.mkdir()
+    (first / "train_config.json").write_text(json.dumps({"epochs": 1}))
+    monkeypatch.setattr(distill, "finished", lambda folder: [{"epoch": 1}])
+    with pytest.raises(SystemExit, match=r"no student run in .*student_ensemble_only: `python tools/distill.py run"):
         collect(tmp_path)

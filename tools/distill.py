@@ -1,4 +1,4 @@
-"""Distillation from the recipe's four runs: train the recipe on the training set plus the four runs' own translations of it.
+"""Distillation from the recipe's four runs: train the recipe on the four runs' own translations of the training set.
 
 The recipe has been trained four times: in fp32 with seed 0 (the shipped model) and in bf16 with seeds 0, 1
 and 2 (tools/precision_run.py, whose runs this script reads from runs/precision). Averaging their predictions makes an
@@ -15,6 +15,9 @@ translations instead:
    epoch that is about the recipe's number of optimizer steps on the recipe's schedule (batches are cut by tokens, and
    the ensemble's sentences are not exactly as long as the references). Like every run, it learns its BPE vocabulary
    from its own training corpus, which here includes the ensemble's English, so its vocabulary is not the shipped one.
+   A second student, the recipe exactly (38 epochs, the last 8 cooling down) in bf16, learns from the ensemble's
+   English alone: the training set's German paired with the ensemble's translations, no references, the form of
+   distillation Kim and Rush describe.
 3. `collect` scores the teachers, the ensemble and the student's candidates on val, as `build_pretrained` scores
    candidates, and writes annotated_transformer/pretrained/distill.json, which the trained-model chapter reads.
    The test sets are not used.
@@ -46,6 +49,7 @@ PRECISION_RUNS = ROOT / "runs" / "precision"  # where tools/precision_run.py tra
 SHORT = {BEST_CANDIDATE: "best epoch", averaged_candidate(): f"last {AVERAGE_LAST} averaged"}  # the candidates' names in a table
 OUT = PRETRAINED / "distill.json"
 STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
+STUDENT_ENSEMBLE_ONLY = replace(RECIPE, precision="bf16")  # same pairs per epoch as the recipe: its epochs and schedule
 MAX_EXTRA = 50  # output tokens beyond the source length, as `Translator.translate` allows
 
 
@@ -148,42 +152,68 @@ def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
     write_lines(corpus / "train.en", [en for _, en in pairs["train"]] + taught)
 
 
+def ensemble_only(corpus: Path) -> Path:
+    """Write the second student's corpus beside `corpus` (teach's, complete) and return its folder: the training German
+    once, with the ensemble's English (teacher.en); val and test as in `corpus`."""
+    only = corpus.with_name(corpus.name + "_ensemble_only")
+    if (only / "train.en").exists():  # written last: the corpus is complete
+        return only
+    only.mkdir(exist_ok=True)
+    read = lambda name: (corpus / name).read_text(encoding="utf-8").splitlines()
+    taught = read("teacher.en")
+    for name in ("val.de", "val.en", "test.de", "test.en"):
+        write_lines(only / name, read(name))
+    write_lines(only / "train.de", read("train.de")[:len(taught)])  # its first half: the training German once
+    write_lines(only / "train.en", taught)
+    return only
+
+
 def run(runs_dir: Path) -> None:
-    "Teach (once), then train the student (resuming after a stop)."
+    "Teach (once), then train the two students (each resuming after a stop)."
     teach(runs_dir / "corpus")
     train(replace(STUDENT, out_dir=str(runs_dir / "student"), corpus_dir=str(runs_dir / "corpus")))
+    train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_ensemble_only"),
+                  corpus_dir=str(ensemble_only(runs_dir / "corpus"))))
 
 
 def collect(runs_dir: Path, out: Path = OUT) -> dict:
-    "The teachers' and the ensemble's val scores, and the student's run and candidates on val, from what the run used."
-    student, corpus = runs_dir / "student", runs_dir / "corpus"
-    if not (student / "train_config.json").is_file():
-        raise SystemExit(f"no student run in {student}: `python tools/distill.py run --runs-dir {runs_dir}` trains it")
-    settings = json.loads((student / "train_config.json").read_text())
-    records = finished(student)
-    if len(records) < settings["epochs"]:
-        raise SystemExit(f"{student} has {len(records)} of {settings['epochs']} epochs: `python tools/distill.py run` trains it")
+    "The teachers' and the ensemble's val scores, and each student's run and candidates on val, from what the runs used."
+    students = {"student": runs_dir / "student", "student_ensemble_only": runs_dir / "student_ensemble_only"}
+    for folder in students.values():
+        if not (folder / "train_config.json").is_file():
+            raise SystemExit(f"no student run in {folder}: `python tools/distill.py run --runs-dir {runs_dir}` trains it")
+        epochs = json.loads((folder / "train_config.json").read_text())["epochs"]
+        if len(finished(folder)) < epochs:
+            raise SystemExit(f"{folder} has {len(finished(folder))} of {epochs} epochs: `python tools/distill.py run` trains it")
+    corpus = runs_dir / "corpus"
     folders = {name: Path(folder) for name, folder in json.loads((corpus / "teachers.json").read_text()).items()}
     pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
     ensemble = ensemble_translate(load_teachers(folders), [de for de, _ in pairs["val"]])
-    read = lambda name: (corpus / name).read_text(encoding="utf-8").splitlines()
-    train_en = read("train.en")
-    own_eval = all(list(zip(read(f"{split}.de"), read(f"{split}.en"))) == pairs[split] for split in ("val", "test"))
-    return {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
-            "teachers_val_bleu_greedy": {name: val_bleu(folder) for name, folder in folders.items()},
-            "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in pairs["val"]])[0], 2),
-            "student": {**{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
-                        "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
-                        "pairs_per_epoch": len(train_en),
-                        "train_is_references_then_ensemble": read("train.de") == [de for de, _ in pairs["train"]] * 2 and
-                                                             train_en == [en for _, en in pairs["train"]] + read("teacher.en"),
-                        "val_and_test_are_multi30k": own_eval,
-                        "teachers_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
-                                               (next(iter(folders.values())) / "tokenizer.json").read_bytes(),
-                        "hardware": hardware(), "torch": torch.__version__,
-                        "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in records],
-                        "candidates_val_bleu_greedy": {BEST_CANDIDATE: val_bleu(student / "best"),
-                                                       averaged_candidate(): averaged_val_bleu(student)}}}
+    german, references = [de for de, _ in pairs["train"]], [en for _, en in pairs["train"]]
+    taught = (corpus / "teacher.en").read_text(encoding="utf-8").splitlines()
+    result = {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
+              "teachers_val_bleu_greedy": {name: val_bleu(folder) for name, folder in folders.items()},
+              "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in pairs["val"]])[0], 2)}
+    for name, student in students.items():
+        settings = json.loads((student / "train_config.json").read_text())
+        used = Path(settings["corpus_dir"])
+        read = lambda file: (used / file).read_text(encoding="utf-8").splitlines()
+        train_en = read("train.en")
+        what = ({"train_is_references_then_ensemble": read("train.de") == german * 2 and train_en == references + taught}
+                if name == "student" else {"train_is_ensemble_only": read("train.de") == german and train_en == taught})
+        result[name] = {
+            **{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
+            "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
+            "pairs_per_epoch": len(train_en), **what,
+            "val_and_test_are_multi30k": all(list(zip(read(f"{split}.de"), read(f"{split}.en"))) == pairs[split]
+                                             for split in ("val", "test")),
+            "teachers_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
+                                   (next(iter(folders.values())) / "tokenizer.json").read_bytes(),
+            "hardware": hardware(), "torch": torch.__version__,
+            "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in finished(student)],
+            "candidates_val_bleu_greedy": {BEST_CANDIDATE: val_bleu(student / "best"),
+                                           averaged_candidate(): averaged_val_bleu(student)}}
+    return result
 
 
 def main() -> None:
