@@ -18,11 +18,11 @@ translations instead:
    A second student, the recipe exactly (38 epochs, the last 8 cooling down) in bf16, learns from the ensemble's
    English alone: the training set's German paired with the ensemble's translations, no references, the form of
    distillation Kim and Rush describe.
-3. `collect` scores the teachers, the ensemble and the student's candidates on val, as `build_pretrained` scores
+3. `collect` scores the teachers, the ensemble and each student's candidates on val, as `build_pretrained` scores
    candidates, and writes annotated_transformer/pretrained/distill.json, which the trained-model chapter reads.
    The test sets are not used.
 
-    python tools/distill.py run --runs-dir runs/distill      # teaches (once), then trains the student (resumes)
+    python tools/distill.py run --runs-dir runs/distill      # teaches (once), then trains the students (resumes)
     python tools/distill.py collect --runs-dir runs/distill  # writes annotated_transformer/pretrained/distill.json
 """
 import json
