@@ -179,18 +179,24 @@ def run(runs_dir: Path) -> None:
 def collect(runs_dir: Path, out: Path = OUT) -> dict:
     "The teachers' and the ensemble's val scores, and each student's run and candidates on val, from what the runs used."
     students = {"student": runs_dir / "student", "student_ensemble_only": runs_dir / "student_ensemble_only"}
-    for folder in students.values():
+    records = {}  # each student's finished epochs, read once
+    for name, folder in students.items():
         if not (folder / "train_config.json").is_file():
             raise SystemExit(f"no student run in {folder}: `python tools/distill.py run --runs-dir {runs_dir}` trains it")
         epochs = json.loads((folder / "train_config.json").read_text())["epochs"]
-        if len(finished(folder)) < epochs:
-            raise SystemExit(f"{folder} has {len(finished(folder))} of {epochs} epochs: `python tools/distill.py run` trains it")
+        records[name] = finished(folder)
+        if len(records[name]) < epochs:
+            raise SystemExit(f"{folder} has {len(records[name])} of {epochs} epochs: `python tools/distill.py run` trains it")
     corpus = runs_dir / "corpus"
     folders = {name: Path(folder) for name, folder in json.loads((corpus / "teachers.json").read_text()).items()}
     pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
     ensemble = ensemble_translate(load_teachers(folders), [de for de, _ in pairs["val"]])
     german, references = [de for de, _ in pairs["train"]], [en for _, en in pairs["train"]]
     taught = (corpus / "teacher.en").read_text(encoding="utf-8").splitlines()
+    teachers_vocabulary = (next(iter(folders.values())) / "tokenizer.json").read_bytes()
+    # what each student's corpus should hold for training: (the record's name for the check, German, English)
+    expected = {"student": ("train_is_references_then_ensemble", german * 2, references + taught),
+                "student_ensemble_only": ("train_is_ensemble_only", german, taught)}
     result = {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
               "teachers_val_bleu_greedy": {name: val_bleu(folder) for name, folder in folders.items()},
               "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in pairs["val"]])[0], 2)}
@@ -199,18 +205,17 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
         used = Path(settings["corpus_dir"])
         read = lambda file: (used / file).read_text(encoding="utf-8").splitlines()
         train_en = read("train.en")
-        what = ({"train_is_references_then_ensemble": read("train.de") == german * 2 and train_en == references + taught}
-                if name == "student" else {"train_is_ensemble_only": read("train.de") == german and train_en == taught})
+        check, train_de_expected, train_en_expected = expected[name]
         result[name] = {
             **{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
             "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
-            "pairs_per_epoch": len(train_en), **what,
+            "pairs_per_epoch": len(train_en),
+            check: read("train.de") == train_de_expected and train_en == train_en_expected,
             "val_and_test_are_multi30k": all(list(zip(read(f"{split}.de"), read(f"{split}.en"))) == pairs[split]
                                              for split in ("val", "test")),
-            "teachers_vocabulary": (student / "last" / "tokenizer.json").read_bytes() ==
-                                   (next(iter(folders.values())) / "tokenizer.json").read_bytes(),
+            "teachers_vocabulary": (student / "last" / "tokenizer.json").read_bytes() == teachers_vocabulary,
             "hardware": hardware(), "torch": torch.__version__,
-            "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in finished(student)],
+            "history": [{k: r[k] for k in KEEP} | {"step": r["step"]} for r in records[name]],
             "candidates_val_bleu_greedy": {BEST_CANDIDATE: val_bleu(student / "best"),
                                            averaged_candidate(): averaged_val_bleu(student)}}
     return result
