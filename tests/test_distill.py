@@ -1,7 +1,8 @@
-"""tools/distill.py: the ensemble decodes what the models' mean log-probabilities pick (one model: what greedy decoding
-gives), rows that end leave the batch without disturbing the others, the first student's corpus is the training set
-with its references, then again with the ensemble's translations, and the second student's the training German with the
-ensemble's translations alone, each beside val and test as they are."""
+"""The package's ensemble decoding and tools/distill.py: the ensemble decodes what the models' mean log-probabilities
+pick (one model: what greedy decoding gives), rows that end leave the batch without disturbing the others, the first
+student's corpus is the training set with its references, then again with the ensemble's translations, and the second
+student's (the shipped model's) the training German with the ensemble's translations alone, each beside val and test
+as they are."""
 import json
 import sys
 from dataclasses import asdict
@@ -17,8 +18,9 @@ import distill  # noqa: E402
 from annotated_transformer.data import BOS, EOS, PAD, UNK  # noqa: E402
 from annotated_transformer.decoding import greedy_decode_cached  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
-from annotated_transformer.pretrained import RECIPE  # noqa: E402
-from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, collect, ensemble_greedy, ensemble_only, teach  # noqa: E402
+from annotated_transformer.pretrained import RECIPE, ensemble_greedy  # noqa: E402
+from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT  # noqa: E402
+from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, collect, ensemble_only, teach  # noqa: E402
 
 
 def models(n: int, eos: float, vocab: int = 13) -> list:
@@ -73,8 +75,9 @@ def test_the_student_is_the_recipe_with_half_the_epochs_in_bf16():
     recipe, student = asdict(RECIPE), asdict(STUDENT)
     assert {k for k in recipe if recipe[k] != student[k]} == {"epochs", "cooldown", "precision"}
     assert (2 * STUDENT.epochs, 2 * STUDENT.cooldown, STUDENT.precision) == (RECIPE.epochs, RECIPE.cooldown, "bf16")
-    only = asdict(STUDENT_ENSEMBLE_ONLY)
-    assert {k for k in recipe if recipe[k] != only[k]} == {"precision"} and STUDENT_ENSEMBLE_ONLY.precision == "bf16"
+    only = asdict(STUDENT_ENSEMBLE_ONLY)  # the shipped model's settings: the recipe in bf16, on its own corpus
+    assert STUDENT_ENSEMBLE_ONLY is SHIPPED_STUDENT and STUDENT_ENSEMBLE_ONLY.precision == "bf16"
+    assert {k for k in recipe if recipe[k] != only[k]} == {"precision", "out_dir", "corpus_dir"}
 
 
 def test_the_corpus(tmp_path, monkeypatch):
@@ -87,7 +90,7 @@ def test_the_corpus(tmp_path, monkeypatch):
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"")
     monkeypatch.setattr(distill, "teachers", lambda runs=None: folders)
-    monkeypatch.setattr(distill, "load_teachers", lambda folders: list(folders))
+    monkeypatch.setattr(distill, "load_ensemble", lambda folders, device: list(folders))
     monkeypatch.setattr(distill, "ensemble_translate", lambda teachers, german: asked.append(german) or ["One dog.", "2 men."])
     teach(tmp_path / "corpus")
     read = lambda name: (tmp_path / "corpus" / name).read_text(encoding="utf-8").splitlines()

@@ -1,7 +1,7 @@
 """Distillation from the recipe's four runs: train the recipe on the four runs' own translations of the training set.
 
-The recipe has been trained four times: in fp32 with seed 0 (the shipped model) and in bf16 with seeds 0, 1
-and 2 (tools/precision_run.py, whose runs this script reads from runs/precision). Averaging their predictions makes an
+The recipe has been trained four times: in fp32 with seed 0 (the model shipped before the second student below) and in
+bf16 with seeds 0, 1 and 2 (tools/precision_run.py, whose runs this script reads from runs/precision). Averaging their predictions makes an
 ensemble that translates better than any one of them, but four models do not fit in the 30 MB a shipped model may
 take. Sequence-level knowledge distillation (Kim and Rush 2016) trains one model of the usual size on the ensemble's
 translations instead:
@@ -14,7 +14,7 @@ translations instead:
    and for 19 epochs of this corpus (the last 4 cooling down) instead of 38 (the last 8). With twice the pairs per
    epoch that is about the recipe's number of optimizer steps on the recipe's schedule (batches are cut by tokens, and
    the ensemble's sentences are not exactly as long as the references). Like every run, it learns its BPE vocabulary
-   from its own training corpus, which here includes the ensemble's English, so its vocabulary is not the shipped one.
+   from its own training corpus, which here includes the ensemble's English, so its vocabulary is not the teachers'.
    A second student, the recipe exactly (38 epochs, the last 8 cooling down) in bf16, learns from the ensemble's
    English alone: the training set's German paired with the ensemble's translations, no references, the form of
    distillation Kim and Rush describe.
@@ -38,10 +38,11 @@ from precision_run import COMPARISONS, KEEP, averaged_val_bleu, val_bleu  # tool
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from annotated_transformer.data import BOS, EOS, PAD, UNK, load_multi30k  # noqa: E402 (the package of this checkout)
-from annotated_transformer.decoding import DecoderCache, Translator, decode_step, padded_batches, shipped_model_dir  # noqa: E402
+from annotated_transformer.data import load_multi30k  # noqa: E402 (the package of this checkout)
 from annotated_transformer.evaluation import bleu  # noqa: E402
-from annotated_transformer.pretrained import AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, hardware, seed_runs  # noqa: E402
+from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, ensemble_translate,  # noqa: E402
+                                              hardware, load_ensemble, seed_runs, write_lines)
+from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
 PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
@@ -49,14 +50,15 @@ PRECISION_RUNS = ROOT / "runs" / "precision"  # where tools/precision_run.py tra
 SHORT = {BEST_CANDIDATE: "best epoch", averaged_candidate(): f"last {AVERAGE_LAST} averaged"}  # the candidates' names in a table
 OUT = PRETRAINED / "distill.json"
 STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
-STUDENT_ENSEMBLE_ONLY = replace(RECIPE, precision="bf16")  # same pairs per epoch as the recipe: its epochs and schedule
-MAX_EXTRA = 50  # output tokens beyond the source length, as `Translator.translate` allows
+STUDENT_ENSEMBLE_ONLY = SHIPPED_STUDENT  # the package's STUDENT, the shipped model (`run` names its folders)
 
 
 def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
-    "The shipped model (the recipe's fp32 run), and each bf16 seed run's candidate with the higher val score in precision.json."
-    shipped = json.loads((shipped_model_dir() / "results.json").read_text())["checkpoint"]
-    chosen = {f"fp32, seed 0, {SHORT[shipped]} (the shipped model)": shipped_model_dir()}
+    """The recipe's fp32 run (where `build_pretrained(RECIPE)` trains it; its results.json is kept as results_38_epochs.json),
+    and each bf16 seed run's candidate with the higher val score in precision.json."""
+    fp32 = json.loads((PRETRAINED / "results_38_epochs.json").read_text())["checkpoint"]
+    run = ROOT / RECIPE.out_dir
+    chosen = {f"fp32, seed 0, {SHORT[fp32]}": run / ("best" if fp32 == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")}
     records = json.loads((PRETRAINED / "precision.json").read_text())
     names = {id(pair): name for name, pair in records.items()}  # seed_runs gives the runs; COMPARISONS their folders
     for pair in seed_runs(records):
@@ -65,65 +67,6 @@ def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
         folder = precision_runs / COMPARISONS[names[id(pair)]][2] / ("best" if best == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
         chosen[f"bf16, seed {pair['seed']}, {SHORT[best]}"] = folder
     return chosen
-
-
-@torch.no_grad()
-def ensemble_greedy(models: list,  # EncoderDecoder models sharing one target vocabulary
-                    src: torch.Tensor,  # (batch, src_len)
-                    src_mask: torch.Tensor,  # (batch, 1, src_len)
-                    max_len: int,  # maximum output length, <s> included
-                    ) -> list[list[int]]:  # each sentence's output ids, without <s>, up to and including </s>
-    "Greedy decoding of the mean of the models' log-probabilities; every model keeps its own key/value cache."
-    memories = [model.encode(src, src_mask) for model in models]  # (batch, src_len, d_model) each
-    caches = [DecoderCache(len(model.decoder.layers)) for model in models]
-    outputs = [[] for _ in range(src.size(0))]
-    rows = list(range(src.size(0)))  # the sentences still decoding, in the order of the batch's remaining rows
-    last = torch.full((src.size(0),), BOS, dtype=src.dtype, device=src.device)  # (active,)
-    for _ in range(max_len - 1):
-        logp = torch.stack([model.generator(decode_step(model, last, memory, src_mask, cache))
-                            for model, memory, cache in zip(models, memories, caches)]).mean(0)  # (active, V)
-        logp[:, UNK] = float("-inf")  # subwords spell every word
-        last = logp.argmax(dim=-1)  # (active,)
-        for row, token in zip(rows, last.tolist()):
-            outputs[row].append(token)
-        going = last != EOS
-        if not bool(going.any()):
-            break
-        if not bool(going.all()):  # drop finished rows: their caches, mask and bookkeeping
-            keep = going.nonzero().squeeze(1)
-            for cache in caches:
-                cache.reorder(keep)
-            src_mask, last, rows = src_mask[keep], last[keep], [rows[i] for i in keep.tolist()]
-    return outputs
-
-
-def ensemble_translate(translators: list[Translator], sentences: list[str], batch_size: int = 64) -> list[str]:
-    "Translate raw sentences with the ensemble of `translators` (one vocabulary), in batches of similar length."
-    first, models = translators[0], [t.model for t in translators]
-    encoded = [first.encode(s) for s in sentences]
-    results = [""] * len(encoded)
-    for idx, src in padded_batches(encoded, batch_size):
-        outputs = ensemble_greedy(models, src, (src != PAD).unsqueeze(-2), src.size(1) + MAX_EXTRA + 1)
-        for row, i in enumerate(idx):
-            results[i] = first.tgt_codec.decode_text(outputs[row])
-    return results
-
-
-def load_teachers(folders: dict[str, Path]) -> list[Translator]:
-    "The teachers on the CPU, after checking that they share one vocabulary."
-    translators = [Translator.from_checkpoint(folder, "cpu") for folder in folders.values()]
-    vocab = (next(iter(folders.values())) / "tokenizer.json").read_bytes()
-    for name, folder in folders.items():
-        if (folder / "tokenizer.json").read_bytes() != vocab:
-            raise SystemExit(f"{folder} ({name}) has another vocabulary than {next(iter(folders))}: an ensemble needs one")
-    return translators
-
-
-def write_lines(path: Path, lines: list[str]) -> None:
-    "Write a file of one sentence a line, atomically."
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
@@ -143,7 +86,7 @@ def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
             raise SystemExit(f"no teacher weights in {', '.join(missing)}: `python tools/precision_run.py run` trains the "
                              "bf16 runs of the recipe")
         write_json(corpus / "teachers.json", {name: str(folder) for name, folder in folders.items()})
-        taught = ensemble_translate(load_teachers(folders), german)
+        taught = ensemble_translate(load_ensemble(list(folders.values()), "cpu"), german)
         write_lines(done, taught)
     for split in ("val", "test"):
         write_lines(corpus / f"{split}.de", [de for de, _ in pairs[split]])
@@ -190,7 +133,7 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
     corpus = runs_dir / "corpus"
     folders = {name: Path(folder) for name, folder in json.loads((corpus / "teachers.json").read_text()).items()}
     pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
-    ensemble = ensemble_translate(load_teachers(folders), [de for de, _ in pairs["val"]])
+    ensemble = ensemble_translate(load_ensemble(list(folders.values()), "cpu"), [de for de, _ in pairs["val"]])
     german, references = [de for de, _ in pairs["train"]], [en for _, en in pairs["train"]]
     taught = (corpus / "teacher.en").read_text(encoding="utf-8").splitlines()
     teachers_vocabulary = (next(iter(folders.values())) / "tokenizer.json").read_bytes()
@@ -202,7 +145,7 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
               "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in pairs["val"]])[0], 2)}
     for name, student in students.items():
         settings = json.loads((student / "train_config.json").read_text())
-        used = Path(settings["corpus_dir"])
+        used = ROOT / settings["corpus_dir"]  # a relative folder is one under the checkout, where the runs train
         read = lambda file: (used / file).read_text(encoding="utf-8").splitlines()
         train_en = read("train.en")
         check, train_de_expected, train_en_expected = expected[name]
