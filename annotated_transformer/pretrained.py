@@ -1,4 +1,4 @@
-"""The translation system of the data, training, decoding and evaluation chapters, trained for real: the recipe, the shipped model (distilled from four runs of the recipe), the hardware and the time it took, test2016 BLEU for greedy decoding and beam search, experiments (how long to train, a wider model, an ablation, bf16 against fp32, distillation, the paper's post-norm against pre-norm, the length penalty), translations, the attention of a trained model, and `load_trained_model()`.
+"""The translation system of the earlier chapters, trained for real: the recipe, the distilled model that ships, what it cost, its test2016 BLEU with greedy decoding and beam search, experiments (training length, width, an ablation, bf16 against fp32, distillation, post-norm against pre-norm, the length penalty), translations, a trained model's attention, and `load_trained_model()`.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.html.md"""
 

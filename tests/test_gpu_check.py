@@ -96,3 +96,11 @@ def test_a_stopped_check_logs_the_step_in_flight(tmp_path, signal, status):
         time.sleep(0.1)
     assert "training the copy task" in lines
     assert lines[-1].startswith("-- STOPPED after ") and lines[-1].endswith(" s: copy-task with its defaults reaches exact copies"), lines[-3:]
+
+
+def test_the_gpu_tables_in_the_docs_are_lines_of_the_check_log():
+    "results_gpu_train_step.txt (the table docs/gpu.md shows) holds only lines of the check's log it was taken from."
+    log = set((ROOT / "benchmarks" / "results_gpu.txt").read_text().splitlines())
+    table = [line for line in (ROOT / "benchmarks" / "results_gpu_train_step.txt").read_text().splitlines() if line]
+    assert any(line.startswith("| fast |") for line in table)
+    assert [line for line in table if line not in log] == []

@@ -428,11 +428,11 @@ def test_long_training_cells_do_not_start_without_a_gpu(monkeypatch):
     for path in sorted((ROOT / "nbs").glob("*.ipynb")):
         for cell in notebook(path.name)["cells"]:
             source = "".join(cell["source"])
-            if cell["cell_type"] != "code" or not LONG_RUN.search(source) or not re.search(r"\b(train|build_pretrained)\(", source):
+            if cell["cell_type"] != "code" or not LONG_RUN.search(source) or not re.search(r"\b(train|build_pretrained|build_distilled)\(", source):
                 continue
             cells += 1
             cpu_torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False))
-            names = {"torch": cpu_torch, "os": os, "train": refuse, "build_pretrained": refuse, "default_device": refuse,
+            names = {"torch": cpu_torch, "os": os, "train": refuse, "build_pretrained": refuse, "build_distilled": refuse, "default_device": refuse,
                      "RECIPE": None, "pretrained_dir": refuse, "replace": refuse}
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed):
