@@ -11,6 +11,7 @@ __all__ = ['RECIPE', 'AVERAGE_LAST', 'BEST_CANDIDATE', 'TEACHERS', 'STUDENT', 'M
            'distill_corpus', 'build_distilled', 'seed_runs', 'spread_between_runs']
 
 # %% ../nbs/14_pretrained.ipynb #1f64a127
+import hashlib
 import json
 import os
 import platform
@@ -105,7 +106,7 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
                      data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                      average_last: int = AVERAGE_LAST,  # epoch checkpoints to average into the second candidate
                      device: str | None = None,  # default: the best available
-                     teachers: dict | None = None,  # a distilled recipe's teachers, recorded in results.json
+                     teacher_records: dict | None = None,  # a distilled recipe's teachers, {name: {checkpoint, val_bleu_greedy, train_hours}}, kept in results.json
                      ) -> Path:
     "Train (or resume) `recipe`; ship the best-epoch or averaged weights, whichever is better on val; measure BLEU."
     recipe = replace(recipe, data_dir=str(data_dir) if data_dir else recipe.data_dir)
@@ -114,7 +115,7 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
     with tempfile.TemporaryDirectory() as tmp:  # the scores are those of the weights as they ship, rounded to float16
         translator = Translator.from_checkpoint(export_pretrained(checkpoint, Path(tmp) / "model"), device)
         results = {"recipe": {k: v for k, v in asdict(recipe).items() if k not in ("out_dir", "data_dir")},
-                   **({"teachers": teachers} if teachers else {}),
+                   **({"teachers": teacher_records} if teacher_records else {}),
                    "checkpoint": chosen, "candidates_val_bleu_greedy": val_scores,
                    "parameters": sum(p.numel() for p in translator.model.parameters()),
                    "vocabularies": {"kind": "shared BPE" if translator.src_vocab is translator.tgt_vocab else "words",
@@ -132,7 +133,7 @@ def load_trained_model(path: str | Path | None = None,  # a folder written by `b
                        recipe: TrainConfig = RECIPE,  # what to train when no weights are found
                        train_if_missing: bool = False,  # no weights in `path`: train them with `recipe` (hours) instead of an error
                        ) -> Translator:
-    "The trained Multi30k de->en model as a `Translator`; with `train_if_missing`, trains it first if `path` has no weights."
+    "The trained Multi30k de->en model as a `Translator`; with `train_if_missing`, trains one run of `recipe` first if `path` has no weights."
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a folder (a str or Path), got {type(path).__name__}")
     path = Path(path) if path else shipped_model_dir()
@@ -145,7 +146,7 @@ def load_trained_model(path: str | Path | None = None,  # a folder written by `b
     return Translator.from_checkpoint(path, device)
 
 # %% ../nbs/14_pretrained.ipynb #d15711b1
-TEACHERS = {"fp32, seed 0": replace(RECIPE, precision="fp32"),  # the recipe's own run (it shipped before the student)
+TEACHERS = {"fp32, seed 0": replace(RECIPE, precision="fp32", out_dir="runs/multi30k-fp32"),  # it shipped before the student
             **{f"bf16, seed {seed}": replace(RECIPE, precision="bf16", seed=seed, out_dir=f"runs/multi30k-bf16-seed{seed}")
                for seed in (0, 1, 2)}}
 STUDENT = replace(RECIPE, precision="bf16", out_dir="runs/multi30k-student", corpus_dir="runs/multi30k-distilled")
@@ -157,7 +158,7 @@ def ensemble_greedy(models: list,  # EncoderDecoder models sharing one target vo
                     src_mask: torch.Tensor,  # (batch, 1, src_len)
                     max_len: int,  # maximum output length, <s> included
                     banned: int | None = UNK,  # a token never to output (subwords spell every word)
-                    ) -> list[list[int]]:  # each sentence's output ids, without <s>, up to and including </s>
+                    ) -> list[list[int]]:  # each sentence's output ids, without <s>, up to and including </s> (or cut at max_len)
     "Greedy decoding of the mean of the models' log-probabilities; every model keeps its own key/value cache."
     memories = [model.encode(src, src_mask) for model in models]  # (batch, src_len, d_model) each
     caches = [DecoderCache(len(model.decoder.layers)) for model in models]
@@ -182,7 +183,7 @@ def ensemble_greedy(models: list,  # EncoderDecoder models sharing one target vo
             src_mask, last, rows = src_mask[keep], last[keep], [rows[i] for i in keep.tolist()]
     return outputs
 
-def ensemble_translate(translators: list[Translator],  # models with one vocabulary (see `load_ensemble`)
+def ensemble_translate(translators: list[Translator],  # models with one vocabulary on one device (see `load_ensemble`)
                        sentences: list[str],  # raw source sentences
                        batch_size: int = 64,  # sentences decoded together, in batches of similar length
                        ) -> list[str]:  # detokenized translations, in input order
@@ -202,6 +203,8 @@ def load_ensemble(folders: list[str | Path],  # checkpoint folders
                   device: str | None = None,  # default: the best available
                   ) -> list[Translator]:
     "The models of `folders` as translators, after checking that they share one vocabulary (an ensemble needs one)."
+    if not folders:
+        raise ValueError("an ensemble needs at least one checkpoint folder, got none")
     vocabularies = [vocabulary_files(folder) for folder in folders]
     for folder, vocabulary in zip(folders, vocabularies):
         if vocabulary != vocabularies[0]:
@@ -214,18 +217,29 @@ def write_lines(path: Path, lines: list[str]) -> None:
     tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     os.replace(tmp, path)
 
-def distill_corpus(teachers: list[str | Path],  # the teachers' checkpoint folders (one vocabulary)
-                   out: str | Path,  # the corpus folder: {train,val,test}.{de,en}
+def _sealed(folders: list[str | Path]) -> dict[str, str]:
+    "{folder: SHA-256 of its weights}: which teachers made a corpus."
+    return {str(folder): hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest() for folder in folders}
+
+def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint folders (one vocabulary)
+                   out: str | Path,  # the corpus folder: {train,val,test}.{de,en} and teachers.json
                    data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                    device: str | None = None,  # default: the best available
                    ) -> Path:
-    "A student's corpus: the training German with the teachers' ensemble translations; val and test as Multi30k has them."
+    """A student's corpus: the training German with the teachers' ensemble translations; val and test as Multi30k has them.
+    Written once: a complete corpus of the same teachers (teachers.json: their folders and weights' SHA-256) is kept."""
     out = Path(out)
+    if not teacher_dirs:
+        raise ValueError("distill_corpus needs at least one teacher folder, got none")
+    sealed = json.dumps(_sealed(teacher_dirs), indent=1) + "\n"
     if (out / "train.en").exists():  # written last: the corpus is complete
+        if not (out / "teachers.json").exists() or (out / "teachers.json").read_text() != sealed:
+            raise ValueError(f"{out} holds a corpus of other teachers (see its teachers.json): remove it or give another folder")
         return out
-    translators = load_ensemble(teachers, device)
+    translators = load_ensemble(teacher_dirs, device)
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val", "test")}
     out.mkdir(parents=True, exist_ok=True)
+    write_lines(out / "teachers.json", sealed.splitlines())
     for split in ("val", "test"):
         write_lines(out / f"{split}.de", [de for de, _ in pairs[split]])
         write_lines(out / f"{split}.en", [en for _, en in pairs[split]])
@@ -239,15 +253,15 @@ def build_distilled(out: str | Path | None = None,  # where to write the model (
                     device: str | None = None,  # default: the best available
                     ) -> Path:
     "The shipped model from the start: train the `TEACHERS`, translate the training German with their ensemble, train `STUDENT` on it."
-    chosen, teachers = [], {}
+    teacher_dirs, teacher_records = [], {}
     for name, teacher in TEACHERS.items():  # 1. four runs of the recipe, each with the candidate it would ship
         teacher = replace(teacher, data_dir=str(data_dir) if data_dir else teacher.data_dir)
         checkpoint, candidate, val_scores = train_and_choose(teacher, device=device)
-        chosen.append(checkpoint)
-        teachers[name] = {"checkpoint": candidate, "val_bleu_greedy": val_scores[candidate],
-                          "train_hours": round(sum(r["seconds"] for r in _history(Path(teacher.out_dir))) / 3600, 2)}
-    distill_corpus(chosen, STUDENT.corpus_dir, data_dir, device)  # 2. the ensemble translates the training German
-    return build_pretrained(STUDENT, out, data_dir, device=device, teachers=teachers)  # 3. the student, shipped as any run
+        teacher_dirs.append(checkpoint)
+        teacher_records[name] = {"checkpoint": candidate, "val_bleu_greedy": val_scores[candidate],
+                                 "train_hours": round(sum(r["seconds"] for r in _history(Path(teacher.out_dir))) / 3600, 2)}
+    distill_corpus(teacher_dirs, STUDENT.corpus_dir, data_dir, device)  # 2. the ensemble translates the training German
+    return build_pretrained(STUDENT, out, data_dir, device=device, teacher_records=teacher_records)  # 3. the student, shipped as any run
 
 # %% ../nbs/14_pretrained.ipynb #726456be
 def seed_runs(precision: dict,  # the contents of precision.json

@@ -42,7 +42,7 @@ from annotated_transformer.data import load_multi30k  # noqa: E402 (the package 
 from annotated_transformer.evaluation import bleu  # noqa: E402
 from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, ensemble_translate,  # noqa: E402
                                               hardware, load_ensemble, seed_runs, write_lines)
-from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT  # noqa: E402
+from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT, TEACHERS  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
 PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
@@ -54,10 +54,10 @@ STUDENT_ENSEMBLE_ONLY = SHIPPED_STUDENT  # the package's STUDENT, the shipped mo
 
 
 def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
-    """The recipe's fp32 run (where `build_pretrained(RECIPE)` trains it; its results.json is kept as results_38_epochs.json),
-    and each bf16 seed run's candidate with the higher val score in precision.json."""
+    """The recipe's fp32 run (in the folder of the package's fp32 teacher; its results.json is kept as
+    results_38_epochs.json), and each bf16 seed run's candidate with the higher val score in precision.json."""
     fp32 = json.loads((PRETRAINED / "results_38_epochs.json").read_text())["checkpoint"]
-    run = ROOT / RECIPE.out_dir
+    run = ROOT / TEACHERS["fp32, seed 0"].out_dir
     chosen = {f"fp32, seed 0, {SHORT[fp32]}": run / ("best" if fp32 == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")}
     records = json.loads((PRETRAINED / "precision.json").read_text())
     names = {id(pair): name for name, pair in records.items()}  # seed_runs gives the runs; COMPARISONS their folders

@@ -22,9 +22,10 @@ The test sets are not used.
     python tools/longer_run.py run --runs-dir runs/longer       # trains what is missing (resumes after a stop)
     python tools/longer_run.py collect --runs-dir runs/longer   # writes annotated_transformer/pretrained/longer.json
 
-RECIPE is one of the last three runs. The shipped model is `build_pretrained(RECIPE)` with out_dir set to that run's
-folder (the trained-model chapter): build_pretrained resumes it (finding it finished), chooses between its best
-epoch and its averaged last epochs on val, and writes the shipped model.
+RECIPE is one of the last three runs. The recipe's model (its results.json kept as results_38_epochs.json; it shipped
+until a student distilled from four runs of the recipe replaced it) is `build_pretrained(RECIPE)` with out_dir set to
+that run's folder (the trained-model chapter): build_pretrained resumes it (finding it finished), chooses between its
+best epoch and its averaged last epochs on val, and writes the model.
 """
 import json
 import os

@@ -6,9 +6,9 @@ AMX or AVX512-BF16, that is also what `precision="auto"` picks):
 
 * `recipe_14`: the recipe of 14 epochs with dropout 0.1 (`RECIPE_14`), whose fp32 model's results.json is kept as
   annotated_transformer/pretrained/results_14_epochs.json;
-* `recipe`: the shipped recipe (`RECIPE`: 38 epochs, dropout 0.2, the last 8 cooling down), whose fp32 run is the
-  shipped model's (its results.json);
-* `recipe_seed1`, `recipe_seed2`: the shipped recipe with seed 1 and seed 2, in bf16 only: more seeds, to tell a gap
+* `recipe`: the recipe (`RECIPE`: 38 epochs, dropout 0.2, the last 8 cooling down), whose fp32 model's results.json
+  is kept as annotated_transformer/pretrained/results_38_epochs.json (it shipped before the distilled student);
+* `recipe_seed1`, `recipe_seed2`: the recipe with seed 1 and seed 2, in bf16 only: more seeds, to tell a gap
   that the precision makes from one that the seed makes (fp32 runs of them would take three times as long on this CPU).
 
 The learning-rate schedule depends on the step only, and the batches on the seed and the epoch, so epoch k of both
@@ -43,7 +43,7 @@ RECIPE_14 = replace(RECIPE, epochs=14, cooldown=0, model=replace(RECIPE.model, d
 PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
 COMPARISONS = {  # name in precision.json: (the recipe, its fp32 run's results.json, the bf16 run's folder under --runs-dir)
     "recipe_14": (RECIPE_14, PRETRAINED / "results_14_epochs.json", "bf16-recipe"),
-    "recipe": (RECIPE, PRETRAINED / "multi30k-de-en" / "results.json", "bf16-recipe-38"),
+    "recipe": (RECIPE, PRETRAINED / "results_38_epochs.json", "bf16-recipe-38"),
     **{f"recipe_seed{seed}": (replace(RECIPE, seed=seed), None, f"bf16-recipe-38-seed{seed}") for seed in (1, 2)},
 }
 OUT = PRETRAINED / "precision.json"
@@ -51,12 +51,12 @@ KEEP = ("epoch", "train_loss", "val_loss", "val_bleu", "tokens_per_s", "seconds"
 
 
 def val_bleu(checkpoint: Path) -> float:
-    "Greedy BLEU on val, as `choose_on_val` scores the shipped model's candidates."
+    "Greedy BLEU on val, as `choose_on_val` scores a run's candidates."
     return round(evaluate_translator(Translator.from_checkpoint(checkpoint, "cpu"), "val", beam_size=1)["bleu"], 2)
 
 
 def averaged_val_bleu(run: Path) -> float:
-    "Greedy val BLEU of a run's last AVERAGE_LAST epoch checkpoints averaged, as the shipped model's candidates are scored."
+    "Greedy val BLEU of a run's last AVERAGE_LAST epoch checkpoints averaged, as `choose_on_val` scores a run's candidates."
     name = f"avg{AVERAGE_LAST}"
     folder = run / name if (run / name / "model.safetensors").exists() else \
         average_checkpoints(last_checkpoints(run, AVERAGE_LAST), run / name)
@@ -80,12 +80,12 @@ def compare(recipe, fp32_results: Path | None, bf16_run: Path, bf16: list[dict])
             "candidates_val_bleu_greedy": {"bf16": {BEST_CANDIDATE: val_bleu(bf16_run / "best"),
                                                     averaged_candidate(): averaged_val_bleu(bf16_run)}}}
     if fp32_results:
-        shipped = json.loads(fp32_results.read_text())
-        fp32 = [r for r in shipped["history"] if not r.get("partial")]
-        pair["fp32"] = {"precision": "fp32", "hardware": shipped["hardware"], "torch": shipped["torch"],
+        fp32_record = json.loads(fp32_results.read_text())
+        fp32 = [r for r in fp32_record["history"] if not r.get("partial")]
+        pair["fp32"] = {"precision": "fp32", "hardware": fp32_record["hardware"], "torch": fp32_record["torch"],
                         "history": [{k: r[k] for k in KEEP} for r in fp32]}
         pair["epochs_compared"] = min(len(fp32), len(bf16))
-        pair["candidates_val_bleu_greedy"]["fp32"] = {k: shipped["candidates_val_bleu_greedy"][k] for k in (BEST_CANDIDATE, averaged_candidate())}
+        pair["candidates_val_bleu_greedy"]["fp32"] = {k: fp32_record["candidates_val_bleu_greedy"][k] for k in (BEST_CANDIDATE, averaged_candidate())}
     return pair
 
 
