@@ -7,8 +7,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.h
 # %% auto #0
 __all__ = ['RECIPE', 'AVERAGE_LAST', 'BEST_CANDIDATE', 'TEACHERS', 'STUDENT', 'averaged_candidate', 'hardware',
            'export_pretrained', 'measure_bleu', 'choose_on_val', 'train_and_choose', 'build_pretrained',
-           'load_trained_model', 'ensemble_greedy', 'ensemble_translate', 'load_ensemble', 'write_lines',
-           'distill_corpus', 'build_distilled', 'seed_runs', 'spread_between_runs']
+           'load_trained_model', 'Ensemble', 'load_ensemble', 'write_lines', 'distill_corpus', 'build_distilled',
+           'seed_runs', 'spread_between_runs']
 
 # %% ../nbs/14_pretrained.ipynb #1f64a127
 import hashlib
@@ -21,11 +21,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from .checkpoint import load_model, read_config, save_model
-from .data import BOS, EOS, PAD, UNK, load_multi30k
+from .data import load_multi30k
 from .model import ModelConfig
-from .decoding import DecoderCache, Translator, decode_step, padded_batches, shipped_model_dir
+from .decoding import Translator, shipped_model_dir
 from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints, vocabulary_files
 from .train import TrainConfig, train
 
@@ -155,65 +156,69 @@ TEACHERS = {"fp32, seed 0": replace(RECIPE, precision="fp32", out_dir="runs/mult
                for seed in (0, 1, 2)}}
 STUDENT = replace(RECIPE, precision="bf16", out_dir="runs/multi30k-student", corpus_dir="runs/multi30k-distilled")
 
-@torch.no_grad()
-def ensemble_greedy(models: list,  # EncoderDecoder models sharing one target vocabulary
-                    src: torch.Tensor,  # (batch, src_len)
-                    src_mask: torch.Tensor,  # (batch, 1, src_len)
-                    max_len: int,  # maximum output length, <s> included
-                    banned: int | None = UNK,  # a token never to output (subwords spell every word)
-                    ) -> list[list[int]]:  # each sentence's output ids, without <s>, up to and including </s> (or cut at max_len)
-    "Greedy decoding of the mean of the models' log-probabilities; every model keeps its own key/value cache."
-    memories = [model.encode(src, src_mask) for model in models]  # (batch, src_len, d_model) each
-    caches = [DecoderCache(len(model.decoder.layers)) for model in models]
-    outputs = [[] for _ in range(src.size(0))]
-    rows = list(range(src.size(0)))  # the sentences still decoding, in the order of the batch's remaining rows
-    last = torch.full((src.size(0),), BOS, dtype=src.dtype, device=src.device)  # (active,)
-    for _ in range(max_len - 1):
-        logp = torch.stack([model.generator(decode_step(model, last, memory, src_mask, cache))
-                            for model, memory, cache in zip(models, memories, caches)]).mean(0)  # (active, V)
-        if banned is not None:
-            logp[:, banned] = float("-inf")
-        last = logp.argmax(dim=-1)  # (active,)
-        for row, token in zip(rows, last.tolist()):
-            outputs[row].append(token)
-        going = last != EOS
-        if not bool(going.any()):
-            break
-        if not bool(going.all()):  # drop finished rows: their caches, mask and bookkeeping
-            keep = going.nonzero().squeeze(1)
-            for cache in caches:
-                cache.reorder(keep)
-            src_mask, last, rows = src_mask[keep], last[keep], [rows[i] for i in keep.tolist()]
-    return outputs
+class _Part:
+    "A callable standing where the decoders look for a part of a model; `attributes` are what they read from it."
+    def __init__(self, fn, **attributes):
+        self.fn = fn
+        vars(self).update(attributes)
 
-def ensemble_translate(translators: list[Translator],  # models with one vocabulary on one device (see `load_ensemble`)
-                       sentences: list[str],  # raw source sentences
-                       batch_size: int = 64,  # sentences decoded together, in batches of similar length
-                       max_extra: int = 50,  # outputs stop at input length + max_extra tokens, as in `Translator.translate`
-                       ) -> list[str]:  # detokenized translations, in input order
-    "Translate with the ensemble of `translators`: greedy decoding of their mean log-probabilities."
-    first, models = translators[0], [t.model for t in translators]
-    device = next(first.model.parameters()).device
-    encoded = [first.encode(s) for s in sentences]
-    results = [""] * len(encoded)
-    for idx, src in padded_batches(encoded, batch_size):
-        src = src.to(device)
-        outputs = ensemble_greedy(models, src, (src != PAD).unsqueeze(-2), src.size(1) + max_extra + 1, first.banned)
-        for row, i in enumerate(idx):
-            results[i] = first.tgt_codec.decode_text(outputs[row])
-    return results
+    def __call__(self, *args):
+        return self.fn(*args)
+
+class Ensemble(nn.Module):
+    """Models of one vocabulary decoded as one model, whose next-token log-probabilities are the mean of theirs.
+    The members' features lie side by side on the last axis, and an `Ensemble` offers what the decoders of chapter 11
+    read from a model, so `greedy_decode_cached`, `beam_search` and `Translator` take it as they take one model."""
+    def __init__(self, models: list):  # EncoderDecoder models sharing one source and one target vocabulary
+        super().__init__()
+        if not models:
+            raise ValueError("an ensemble needs at least one model, got none")
+        sizes = {(m.config.src_vocab, m.config.tgt_vocab) for m in models}
+        if len(sizes) > 1:
+            raise ValueError(f"the models of an ensemble must share their vocabularies; got (source, target) sizes {sorted(sizes)}")
+        self.members = nn.ModuleList(models)
+        self.widths = [m.config.d_model for m in models]  # each member's slice of the last axis
+        self.config = replace(models[0].config, max_len=min(m.config.max_len for m in models))
+        self.tgt_embed = (self._embed, self._position)  # the pair `decode_step` unpacks
+        self.decoder = _Part(self._decode, layers=[layer for m in models for layer in m.decoder.layers])  # caches: all members' layers
+        self.generator = _Part(self._log_probs, proj=self._log_probs)  # greedy search takes the argmax of `proj`
+
+    def _split(self, x):  # (..., sum of widths) -> one (..., d_model) slice per member
+        return torch.split(x, self.widths, dim=-1)
+
+    def encode(self, src, src_mask):  # (batch, src_len) -> (batch, src_len, sum of widths)
+        return torch.cat([m.encode(src, src_mask) for m in self.members], dim=-1)
+
+    def _embed(self, tokens):  # (batch, t) -> (batch, t, sum of widths)
+        return torch.cat([m.tgt_embed[0](tokens) for m in self.members], dim=-1)
+
+    def _position(self, x, start: int = 0):  # each member adds its positional encoding to its slice
+        return torch.cat([m.tgt_embed[1](part, start=start) for m, part in zip(self.members, self._split(x))], dim=-1)
+
+    def _decode(self, x, memory, src_mask, tgt_mask, cache):  # cache: one pair per layer, the first member's layers first
+        outputs, first = [], 0
+        for m, part, member_memory in zip(self.members, self._split(x), self._split(memory)):
+            n = len(m.decoder.layers)
+            outputs.append(m.decoder(part, member_memory, src_mask, tgt_mask, cache[first:first + n]))  # (batch, t, d_model)
+            first += n
+        return torch.cat(outputs, dim=-1)
+
+    def _log_probs(self, x):  # (..., sum of widths) -> (..., V): the mean of the members' log-probabilities
+        return torch.stack([m.generator(part) for m, part in zip(self.members, self._split(x))]).mean(0)
 
 def load_ensemble(folders: list[str | Path],  # checkpoint folders
                   device: str | None = None,  # default: the best available
-                  ) -> list[Translator]:
-    "The models of `folders` as translators, after checking that they share one vocabulary (an ensemble needs one)."
+                  ) -> Translator:
+    "A `Translator` whose model is the `Ensemble` of the checkpoints in `folders`, after checking that they share one vocabulary."
     if not folders:
         raise ValueError("an ensemble needs at least one checkpoint folder, got none")
     vocabularies = [vocabulary_files(folder) for folder in folders]
     for folder, vocabulary in zip(folders, vocabularies):
         if vocabulary != vocabularies[0]:
             raise ValueError(f"{folder} has another vocabulary than {folders[0]}: an ensemble needs one")
-    return [Translator.from_checkpoint(folder, device) for folder in folders]
+    translator = Translator.from_checkpoint(folders[0], device)  # its vocabularies and text codecs serve the ensemble
+    translator.model = Ensemble([translator.model] + [Translator.from_checkpoint(f, device).model for f in folders[1:]])
+    return translator
 
 def write_lines(path: Path, lines: list[str]) -> None:
     "Write a file of one sentence a line, atomically."
@@ -221,26 +226,29 @@ def write_lines(path: Path, lines: list[str]) -> None:
     tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     os.replace(tmp, path)
 
-def _sealed(folders: list[str | Path]) -> dict[str, str]:
-    "{folder: SHA-256 of its weights}: which teachers made a corpus."
-    return {str(folder): hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest() for folder in folders}
+def _sealed(folders: list[str | Path], beam_size: int) -> dict:
+    "Which teachers made a corpus (each folder with the SHA-256 of its weights), and how they decoded."
+    return {"teachers": {str(folder): hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()
+                         for folder in folders}, "beam_size": beam_size}
 
 def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint folders (one vocabulary)
                    out: str | Path,  # the corpus folder: {train,val,test}.{de,en} and teachers.json
                    data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                    device: str | None = None,  # default: the best available
+                   beam_size: int = 4,  # the ensemble's beam (1: greedy)
                    ) -> Path:
     """A student's corpus: the training German with the teachers' ensemble translations; val and test as Multi30k has them.
-    Written once: a complete corpus of the same teachers (teachers.json: their folders and weights' SHA-256) is kept."""
+    Written once: a complete corpus of the same teachers and beam (teachers.json: their folders, their weights' SHA-256
+    and the beam size) is kept."""
     out = Path(out)
     if not teacher_dirs:
         raise ValueError("distill_corpus needs at least one teacher folder, got none")
-    sealed = json.dumps(_sealed(teacher_dirs), indent=1) + "\n"
+    sealed = json.dumps(_sealed(teacher_dirs, beam_size), indent=1) + "\n"
     if (out / "train.en").exists():  # written last: the corpus is complete
         if not (out / "teachers.json").exists() or (out / "teachers.json").read_text() != sealed:
-            raise ValueError(f"{out} holds a corpus of other teachers (see its teachers.json): remove it or give another folder")
+            raise ValueError(f"{out} holds a corpus of other teachers or another beam (see its teachers.json): remove it or give another folder")
         return out
-    translators = load_ensemble(teacher_dirs, device)
+    ensemble = load_ensemble(teacher_dirs, device)
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val", "test")}
     out.mkdir(parents=True, exist_ok=True)
     write_lines(out / "teachers.json", sealed.splitlines())
@@ -249,12 +257,13 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
         write_lines(out / f"{split}.en", [en for _, en in pairs[split]])
     german = [de for de, _ in pairs["train"]]
     write_lines(out / "train.de", german)
-    write_lines(out / "train.en", ensemble_translate(translators, german))
+    write_lines(out / "train.en", ensemble.translate(german, beam_size=beam_size))
     return out
 
 def build_distilled(out: str | Path | None = None,  # where to write the model (default: `shipped_model_dir()`)
                     data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                     device: str | None = None,  # default: the best available
+                    teacher_beam: int = 1,  # the ensemble's beam when it translates the training German (the shipped model's)
                     ) -> Path:
     "The shipped model from the start: train the `TEACHERS`, translate the training German with their ensemble, train `STUDENT` on it."
     teacher_dirs, teacher_records = [], {}
@@ -264,7 +273,7 @@ def build_distilled(out: str | Path | None = None,  # where to write the model (
         teacher_dirs.append(checkpoint)
         teacher_records[name] = {"checkpoint": candidate, "val_bleu_greedy": val_scores[candidate],
                                  "train_hours": _train_hours(_history(Path(teacher.out_dir)))}
-    distill_corpus(teacher_dirs, STUDENT.corpus_dir, data_dir, device)  # 2. the ensemble translates the training German
+    distill_corpus(teacher_dirs, STUDENT.corpus_dir, data_dir, device, teacher_beam)  # 2. the ensemble translates the training German
     return build_pretrained(STUDENT, out, data_dir, device=device, teacher_records=teacher_records)  # 3. the student, shipped as any run
 
 # %% ../nbs/14_pretrained.ipynb #726456be

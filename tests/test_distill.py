@@ -1,8 +1,9 @@
-"""The package's ensemble decoding and tools/distill.py: the ensemble decodes what the models' mean log-probabilities
-pick (one model: what greedy decoding gives), rows that end leave the batch without disturbing the others, the first
-student's corpus is the training set with its references, then again with the ensemble's translations, and the second
-student's (the shipped model's) the training German with the ensemble's translations alone, each beside val and test
-as they are."""
+"""The package's ensemble decoding and tools/distill.py: an ensemble decodes what the models' mean log-probabilities
+pick (one model: what that model's greedy and beam search give), rows that end leave the batch without disturbing the
+others, beam search scores an output by the mean of the models' scores; the first student's corpus is the training set
+with its references, then again with the ensemble's translations, the second student's (the shipped model's) the
+training German with the ensemble's greedy translations alone, the third's with its beam-search translations, each beside
+val and test as they are."""
 import json
 import sys
 from dataclasses import asdict
@@ -16,11 +17,11 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import distill  # noqa: E402
 from annotated_transformer.data import BOS, EOS, PAD, UNK  # noqa: E402
-from annotated_transformer.decoding import greedy_decode_cached  # noqa: E402
+from annotated_transformer.decoding import beam_search, greedy_decode_cached, sequence_score  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
-from annotated_transformer.pretrained import RECIPE, ensemble_greedy  # noqa: E402
+from annotated_transformer.pretrained import RECIPE, Ensemble  # noqa: E402
 from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT  # noqa: E402
-from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, collect, ensemble_only, teach  # noqa: E402
+from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, TEACHER_BEAM, collect, ensemble_only, teach, teach_with_beam  # noqa: E402
 
 
 def models(n: int, eos: float, vocab: int = 13) -> list:
@@ -42,23 +43,30 @@ def source(batch: int = 6, length: int = 7, vocab: int = 13) -> tuple[torch.Tens
     return src, (src != PAD).unsqueeze(-2)
 
 
+def outputs(ys: torch.Tensor) -> list[list[int]]:
+    "Rows of `greedy_decode_cached` without <s>, up to and including the first </s> (or to the limit)."
+    rows = [row[1:] for row in ys.tolist()]
+    return [row[:row.index(EOS) + 1] if EOS in row else row for row in rows]
+
+
 def ended(outputs: list[list[int]]) -> list[bool]:
     return [out[-1] == EOS for out in outputs]
 
 
-def test_an_ensemble_of_one_is_greedy_decoding():
+def test_an_ensemble_of_one_decodes_as_its_model():
     (model,), (src, mask) = models(1, eos=2.0), source()
     expected = greedy_decode_cached(model, src, mask, 10, BOS, EOS, banned=UNK)
-    got = ensemble_greedy([model], src, mask, 10)
-    assert any(ended(got)) and not all(ended(got))  # rows leave the batch while others go on
-    for row, out in zip(expected.tolist(), got):
-        row = row[1:]
-        assert out == (row[:row.index(EOS) + 1] if EOS in row else row)
+    got = greedy_decode_cached(Ensemble([model]), src, mask, 10, BOS, EOS, banned=UNK)
+    assert any(ended(outputs(got))) and not all(ended(outputs(got)))  # rows leave the batch while others go on
+    assert torch.equal(got, expected)
+    best, scores = beam_search(model, src, mask, beam_size=3, max_extra=4, banned=UNK)
+    got_best, got_scores = beam_search(Ensemble([model]), src, mask, beam_size=3, max_extra=4, banned=UNK)
+    assert got_best == best and torch.allclose(got_scores, scores)
 
 
-def test_each_step_follows_the_mean_of_the_log_probabilities():
+def test_each_greedy_step_follows_the_mean_of_the_log_probabilities():
     ensemble, (src, mask) = models(3, eos=0.5), source()
-    got = ensemble_greedy(ensemble, src, mask, 10)
+    got = outputs(greedy_decode_cached(Ensemble(ensemble), src, mask, 10, BOS, EOS, banned=UNK))
     assert any(ended(got)) and not all(ended(got))
     for i, out in enumerate(got):  # every step again, with whole forward passes and no cache
         ys = torch.tensor([[BOS] + out[:-1]])
@@ -69,6 +77,22 @@ def test_each_step_follows_the_mean_of_the_log_probabilities():
             step[UNK] = float("-inf")
             assert int(step.argmax()) == out[t], (i, t)
         assert out[-1] == EOS or len(out) == 9
+
+
+def test_beam_search_scores_an_output_by_the_mean_of_the_models_scores():
+    ensemble, (src, mask) = models(2, eos=0.3), source()
+    best, scores = beam_search(Ensemble(ensemble), src, mask, beam_size=3, max_extra=5, banned=UNK)
+    assert len({len(out) for out in best}) > 1  # outputs of several lengths: sentences end at different steps
+    for i, out in enumerate(best):
+        one = lambda m: sequence_score(m, src[i:i + 1], mask[i:i + 1], out)  # teacher-forced, with the length penalty
+        assert abs(float(scores[i]) - sum(one(m) for m in ensemble) / 2) < 1e-4, i
+
+
+def test_an_ensemble_needs_models_of_one_vocabulary():
+    with pytest.raises(ValueError, match="at least one model"):
+        Ensemble([])
+    with pytest.raises(ValueError, match=r"must share their vocabularies; got \(source, target\) sizes \[\(13, 13\), \(13, 17\)\]"):
+        Ensemble(models(1, eos=0.0) + [make_model(13, 17, N=1, d_model=32, d_ff=64, h=4)])
 
 
 def test_the_student_is_the_recipe_with_half_the_epochs_in_bf16():
@@ -90,11 +114,14 @@ def test_the_corpus(tmp_path, monkeypatch):
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"")
     monkeypatch.setattr(distill, "teachers", lambda runs=None: folders)
-    monkeypatch.setattr(distill, "load_ensemble", lambda folders, device: list(folders))
-    monkeypatch.setattr(distill, "ensemble_translate", lambda teachers, german: asked.append(german) or ["One dog.", "2 men."])
+    class Teachers:  # what load_ensemble returns: a translator of the teachers' ensemble
+        def translate(self, german, beam_size):
+            asked.append((german, beam_size))
+            return ["One dog.", "2 men."]
+    monkeypatch.setattr(distill, "load_ensemble", lambda folders, device: Teachers())
     teach(tmp_path / "corpus")
     read = lambda name: (tmp_path / "corpus" / name).read_text(encoding="utf-8").splitlines()
-    assert asked == [["Ein Hund.", "Zwei Männer."]]  # the ensemble translates the training German and nothing else
+    assert asked == [(["Ein Hund.", "Zwei Männer."], 1)]  # the ensemble translates the training German, greedily, and nothing else
     assert read("train.de") == ["Ein Hund.", "Zwei Männer.", "Ein Hund.", "Zwei Männer."]
     assert read("train.en") == ["A dog.", "Two men.", "One dog.", "2 men."]
     assert (read("val.de"), read("val.en"), read("test.de"), read("test.en")) == (["Eine Katze."], ["A cat."], ["Ein Ball."], ["A ball."])
@@ -117,6 +144,16 @@ def test_the_corpus(tmp_path, monkeypatch):
     assert ensemble_only(tmp_path / "corpus") == only and read("train.de") == ["left alone"]
 
 
+def test_the_third_corpus_is_the_ensembles_beam(tmp_path, monkeypatch):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "teachers.json").write_text(json.dumps({"fp32, seed 0, last 5 averaged": "/runs/a/avg5",
+                                                                    "bf16, seed 1, best epoch": "/runs/b/best"}))
+    asked = []
+    monkeypatch.setattr(distill, "distill_corpus", lambda folders, out, device, beam_size: asked.append((folders, out, beam_size)) or out)
+    assert teach_with_beam(tmp_path) == tmp_path / "corpus_beam"
+    assert asked == [(["/runs/a/avg5", "/runs/b/best"], tmp_path / "corpus_beam", 4)] and TEACHER_BEAM == 4
+
+
 def test_missing_runs_are_named_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(distill, "load_multi30k", lambda split: [("Ein Hund.", "A dog.")])
     monkeypatch.setattr(distill, "teachers", lambda runs=None: {"bf16, seed 1": tmp_path / "seed1" / "best"})
@@ -130,4 +167,9 @@ def test_missing_runs_are_named_in_one_line(tmp_path, monkeypatch):
     (first / "train_config.json").write_text(json.dumps({"epochs": 1}))
     monkeypatch.setattr(distill, "finished", lambda folder: [{"epoch": 1}])
     with pytest.raises(SystemExit, match=r"no student run in .*student_ensemble_only: `python tools/distill.py run"):
+        collect(tmp_path)
+    second = tmp_path / "student_ensemble_only"
+    second.mkdir()
+    (second / "train_config.json").write_text(json.dumps({"epochs": 1}))
+    with pytest.raises(SystemExit, match=r"no student run in .*student_beam: `python tools/distill.py run"):
         collect(tmp_path)

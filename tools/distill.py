@@ -18,9 +18,12 @@ translations instead:
    A second student, the recipe exactly (38 epochs, the last 8 cooling down) in bf16, learns from the ensemble's
    English alone: the training set's German paired with the ensemble's translations, no references, the form of
    distillation Kim and Rush describe.
-3. `collect` scores the teachers, the ensemble and each student's candidates on val, as `build_pretrained` scores
-   candidates, and writes annotated_transformer/pretrained/distill.json, which the trained-model chapter reads.
-   The test sets are not used.
+3. `teach_with_beam`: the ensemble translates the training German again, with beam search (beam 4, the package's
+   `distill_corpus`), and a third student, the second's settings exactly, learns from those translations alone.
+   Kim and Rush found that a teacher's beam-search outputs make a better corpus than its greedy ones.
+4. `collect` scores the teachers, the ensemble (greedy and beam 4) and each student's candidates on val, as
+   `build_pretrained` scores candidates, and writes annotated_transformer/pretrained/distill.json, which the
+   trained-model chapter reads. The test sets are not used.
 
     python tools/distill.py run --runs-dir runs/distill      # teaches (once), then trains the students (resumes)
     python tools/distill.py collect --runs-dir runs/distill  # writes annotated_transformer/pretrained/distill.json
@@ -40,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.data import load_multi30k  # noqa: E402 (the package of this checkout)
 from annotated_transformer.evaluation import bleu  # noqa: E402
-from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, ensemble_translate,  # noqa: E402
-                                              hardware, load_ensemble, seed_runs, write_lines)
+from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, RECIPE, _sealed, averaged_candidate,  # noqa: E402
+                                              distill_corpus, hardware, load_ensemble, seed_runs, write_lines)
 from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT, TEACHERS  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
@@ -51,6 +54,7 @@ SHORT = {BEST_CANDIDATE: "best epoch", averaged_candidate(): f"last {AVERAGE_LAS
 OUT = PRETRAINED / "distill.json"
 STUDENT = replace(RECIPE, epochs=RECIPE.epochs // 2, cooldown=RECIPE.cooldown // 2, precision="bf16")
 STUDENT_ENSEMBLE_ONLY = SHIPPED_STUDENT  # the package's STUDENT, the shipped model (`run` names its folders)
+TEACHER_BEAM = 4  # the third student's corpus: the ensemble's beam
 
 
 def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
@@ -86,7 +90,7 @@ def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
             raise SystemExit(f"no teacher weights in {', '.join(missing)}: `python tools/precision_run.py run` trains the "
                              "bf16 runs of the recipe")
         write_json(corpus / "teachers.json", {name: str(folder) for name, folder in folders.items()})
-        taught = ensemble_translate(load_ensemble(list(folders.values()), "cpu"), german)
+        taught = load_ensemble(list(folders.values()), "cpu").translate(german, beam_size=1)
         write_lines(done, taught)
     for split in ("val", "test"):
         write_lines(corpus / f"{split}.de", [de for de, _ in pairs[split]])
@@ -111,17 +115,26 @@ def ensemble_only(corpus: Path) -> Path:
     return only
 
 
+def teach_with_beam(runs_dir: Path) -> Path:
+    """The third student's corpus (runs_dir/corpus_beam): the training German with the ensemble's beam-4 translations,
+    val and test as Multi30k has them; the teachers are those of runs_dir/corpus (teachers.json)."""
+    folders = json.loads((runs_dir / "corpus" / "teachers.json").read_text()).values()
+    return distill_corpus(list(folders), runs_dir / "corpus_beam", device="cpu", beam_size=TEACHER_BEAM)
+
+
 def run(runs_dir: Path) -> None:
-    "Teach (once), then train the two students (each resuming after a stop)."
+    "Teach (once), then train the three students (each resuming after a stop)."
     teach(runs_dir / "corpus")
     train(replace(STUDENT, out_dir=str(runs_dir / "student"), corpus_dir=str(runs_dir / "corpus")))
     train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_ensemble_only"),
                   corpus_dir=str(ensemble_only(runs_dir / "corpus"))))
+    train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_beam"), corpus_dir=str(teach_with_beam(runs_dir))))
 
 
 def collect(runs_dir: Path, out: Path = OUT) -> dict:
     "The teachers' and the ensemble's val scores, and each student's run and candidates on val, from what the runs used."
-    students = {"student": runs_dir / "student", "student_ensemble_only": runs_dir / "student_ensemble_only"}
+    students = {"student": runs_dir / "student", "student_ensemble_only": runs_dir / "student_ensemble_only",
+                "student_beam": runs_dir / "student_beam"}
     records = {}  # each student's finished epochs, read once
     for name, folder in students.items():
         if not (folder / "train_config.json").is_file():
@@ -133,16 +146,24 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
     corpus = runs_dir / "corpus"
     folders = {name: Path(folder) for name, folder in json.loads((corpus / "teachers.json").read_text()).items()}
     pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
-    ensemble = ensemble_translate(load_ensemble(list(folders.values()), "cpu"), [de for de, _ in pairs["val"]])
+    ensemble = load_ensemble(list(folders.values()), "cpu")
+    val_german, val_english = [de for de, _ in pairs["val"]], [en for _, en in pairs["val"]]
     german, references = [de for de, _ in pairs["train"]], [en for _, en in pairs["train"]]
     taught = (corpus / "teacher.en").read_text(encoding="utf-8").splitlines()
+    beam_corpus = runs_dir / "corpus_beam"  # the package's distill_corpus wrote it, sealed with its teachers and beam
+    if json.loads((beam_corpus / "teachers.json").read_text()) != _sealed(list(folders.values()), TEACHER_BEAM):
+        raise SystemExit(f"{beam_corpus} was not written by the teachers of {corpus} with beam {TEACHER_BEAM}")
+    taught_beam = (beam_corpus / "train.en").read_text(encoding="utf-8").splitlines()
     teachers_vocabulary = (next(iter(folders.values())) / "tokenizer.json").read_bytes()
     # what each student's corpus should hold for training: (the record's name for the check, German, English)
     expected = {"student": ("train_is_references_then_ensemble", german * 2, references + taught),
-                "student_ensemble_only": ("train_is_ensemble_only", german, taught)}
+                "student_ensemble_only": ("train_is_ensemble_only", german, taught),
+                "student_beam": ("train_is_ensemble_beam_only", german, taught_beam)}
     result = {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
               "teachers_val_bleu_greedy": {name: val_bleu(folder) for name, folder in folders.items()},
-              "ensemble_val_bleu_greedy": round(bleu(ensemble, [en for _, en in pairs["val"]])[0], 2)}
+              "ensemble_val_bleu_greedy": round(bleu(ensemble.translate(val_german, beam_size=1), val_english)[0], 2),
+              f"ensemble_val_bleu_beam{TEACHER_BEAM}": round(bleu(ensemble.translate(val_german, beam_size=TEACHER_BEAM),
+                                                                 val_english)[0], 2)}
     for name, student in students.items():
         settings = json.loads((student / "train_config.json").read_text())
         used = ROOT / settings["corpus_dir"]  # a relative folder is one under the checkout, where the runs train
