@@ -166,9 +166,10 @@ class _Part:
         return self.fn(*args)
 
 class Ensemble(nn.Module):
-    """Models of one vocabulary decoded as one model, whose next-token log-probabilities are the mean of theirs.
+    """Models of one vocabulary decoded as one model, whose next-token score is the mean of their log-probabilities.
     The members' features lie side by side on the last axis, and an `Ensemble` offers what the decoders of chapter 11
-    read from a model, so `greedy_decode_cached`, `beam_search` and `Translator` take it as they take one model."""
+    read from a model, so `greedy_decode_cached`, `beam_search` and `Translator` take it as they take one model.
+    It decodes step by step only: it has no `forward` for whole target sequences."""
     def __init__(self, models: list):  # EncoderDecoder models sharing one source and one target vocabulary
         super().__init__()
         if not models:
@@ -176,15 +177,19 @@ class Ensemble(nn.Module):
         sizes = {(m.config.src_vocab, m.config.tgt_vocab) for m in models}
         if len(sizes) > 1:
             raise ValueError(f"the models of an ensemble must share their vocabularies; got (source, target) sizes {sorted(sizes)}")
+        placed = {(p.device, p.dtype) for m in models for p in m.parameters() if p.is_floating_point()}
+        if len(placed) > 1:
+            raise ValueError(f"the models of an ensemble must be on one device in one dtype; got {sorted(map(str, placed))}")
         self.members = nn.ModuleList(models)
         self.widths = [m.config.d_model for m in models]  # each member's slice of the last axis
         self.config = replace(models[0].config, max_len=min(m.config.max_len for m in models))
         self.tgt_embed = (self._embed, self._position)  # the pair `decode_step` unpacks
         self.decoder = _Part(self._decode, layers=[layer for m in models for layer in m.decoder.layers])  # caches: all members' layers
-        self.generator = _Part(self._log_probs, proj=self._log_probs)  # greedy search takes the argmax of `proj`
+        # greedy search takes the argmax of `generator.proj`: a model's logits, here the mean log-probabilities
+        self.generator = _Part(self._log_probs, proj=self._log_probs)
 
     def _split(self, x):  # (..., sum of widths) -> one (..., d_model) slice per member
-        return torch.split(x, self.widths, dim=-1)
+        return [part.contiguous() for part in torch.split(x, self.widths, dim=-1)]  # contiguous: a member computes as alone
 
     def encode(self, src, src_mask):  # (batch, src_len) -> (batch, src_len, sum of widths)
         return torch.cat([m.encode(src, src_mask) for m in self.members], dim=-1)
@@ -216,9 +221,10 @@ def load_ensemble(folders: list[str | Path],  # checkpoint folders
     for folder, vocabulary in zip(folders, vocabularies):
         if vocabulary != vocabularies[0]:
             raise ValueError(f"{folder} has another vocabulary than {folders[0]}: an ensemble needs one")
-    translator = Translator.from_checkpoint(folders[0], device)  # its vocabularies and text codecs serve the ensemble
-    translator.model = Ensemble([translator.model] + [Translator.from_checkpoint(f, device).model for f in folders[1:]])
-    return translator
+    first = Translator.from_checkpoint(folders[0], device)  # its vocabularies serve the ensemble
+    extra = read_config(folders[0]).get("extra", {})
+    return Translator(Ensemble([first.model] + [Translator.from_checkpoint(f, device).model for f in folders[1:]]),
+                      first.src_vocab, first.tgt_vocab, extra.get("src_lang", "de"), extra.get("tgt_lang", "en"))
 
 def write_lines(path: Path, lines: list[str]) -> None:
     "Write a file of one sentence a line, atomically."
@@ -235,7 +241,7 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
                    out: str | Path,  # the corpus folder: {train,val,test}.{de,en} and teachers.json
                    data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                    device: str | None = None,  # default: the best available
-                   beam_size: int = 4,  # the ensemble's beam (1: greedy)
+                   beam_size: int = 1,  # the ensemble's beam (1: greedy, as for the shipped student)
                    ) -> Path:
     """A student's corpus: the training German with the teachers' ensemble translations; val and test as Multi30k has them.
     Written once: a complete corpus of the same teachers and beam (teachers.json: their folders, their weights' SHA-256

@@ -88,11 +88,36 @@ def test_beam_search_scores_an_output_by_the_mean_of_the_models_scores():
         assert abs(float(scores[i]) - sum(one(m) for m in ensemble) / 2) < 1e-4, i
 
 
+def test_members_of_different_sizes():
+    "Each member reads its own slice of the features and its own layers' caches, whatever its width, depth and heads."
+    torch.manual_seed(3)
+    ensemble = [make_model(13, 13, N=n, d_model=d, d_ff=2 * d, h=h, max_len=m).eval()
+                for n, d, h, m in ((1, 32, 4, 60), (3, 48, 6, 40), (2, 16, 2, 80))]
+    together = Ensemble(ensemble)
+    assert together.config.max_len == 40  # the shortest member's
+    src, mask = source()
+    got = outputs(greedy_decode_cached(together, src, mask, 10, BOS, EOS, banned=UNK))
+    for i, out in enumerate(got):  # every step again, with whole forward passes and no cache
+        ys = torch.tensor([[BOS] + out])
+        for t in range(len(out)):
+            tgt_mask = torch.tril(torch.ones(1, t + 1, t + 1, dtype=torch.bool))
+            step = torch.stack([m.generator(m(src[i:i + 1], ys[:, :t + 1], mask[i:i + 1], tgt_mask))[0, -1]
+                                for m in ensemble]).mean(0)
+            step[UNK] = float("-inf")
+            assert int(step.argmax()) == out[t], (i, t)
+    best, scores = beam_search(together, src, mask, beam_size=3, max_extra=5, banned=UNK)
+    for i, out in enumerate(best):
+        one = lambda m: sequence_score(m, src[i:i + 1], mask[i:i + 1], out)
+        assert abs(float(scores[i]) - sum(one(m) for m in ensemble) / 3) < 1e-4, i
+
+
 def test_an_ensemble_needs_models_of_one_vocabulary():
     with pytest.raises(ValueError, match="at least one model"):
         Ensemble([])
     with pytest.raises(ValueError, match=r"must share their vocabularies; got \(source, target\) sizes \[\(13, 13\), \(13, 17\)\]"):
         Ensemble(models(1, eos=0.0) + [make_model(13, 17, N=1, d_model=32, d_ff=64, h=4)])
+    with pytest.raises(ValueError, match="one device in one dtype"):
+        Ensemble(models(1, eos=0.0) + [models(1, eos=0.0)[0].to(torch.bfloat16)])
 
 
 def test_the_student_is_the_recipe_with_half_the_epochs_in_bf16():

@@ -160,7 +160,7 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
     expected = {"student": ("train_is_references_then_ensemble", german * 2, references + taught),
                 "student_ensemble_only": ("train_is_ensemble_only", german, taught),
                 "student_beam": ("train_is_ensemble_beam_only", german, taught_beam)}
-    result = {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
+    result = {"metric": "sacreBLEU on the val split (1,014 sentences), greedy decoding unless a key says beam 4",
               "teachers_val_bleu_greedy": {name: val_bleu(folder) for name, folder in folders.items()},
               "ensemble_val_bleu_greedy": round(bleu(ensemble.translate(val_german, beam_size=1), val_english)[0], 2),
               f"ensemble_val_bleu_beam{TEACHER_BEAM}": round(bleu(ensemble.translate(val_german, beam_size=TEACHER_BEAM),
