@@ -53,6 +53,25 @@ def ended(outputs: list[list[int]]) -> list[bool]:
     return [out[-1] == EOS for out in outputs]
 
 
+def assert_each_step_follows_the_mean(ensemble: list, src, mask, got: list[list[int]]) -> None:
+    "Every step of each greedy output again, with whole forward passes and no cache: the argmax of the mean log-probabilities."
+    for i, out in enumerate(got):
+        ys = torch.tensor([[BOS] + out])
+        for t in range(len(out)):
+            tgt_mask = torch.tril(torch.ones(1, t + 1, t + 1, dtype=torch.bool))
+            step = torch.stack([m.generator(m(src[i:i + 1], ys[:, :t + 1], mask[i:i + 1], tgt_mask))[0, -1]
+                                for m in ensemble]).mean(0)
+            step[UNK] = float("-inf")
+            assert int(step.argmax()) == out[t], (i, t)
+
+
+def assert_scores_are_the_mean(ensemble: list, src, mask, best: list[list[int]], scores: torch.Tensor) -> None:
+    "Each beam-search output's score is the mean of the members' teacher-forced scores (with the length penalty)."
+    for i, out in enumerate(best):
+        one = lambda m: sequence_score(m, src[i:i + 1], mask[i:i + 1], out)
+        assert abs(float(scores[i]) - sum(one(m) for m in ensemble) / len(ensemble)) < 1e-4, i
+
+
 def test_an_ensemble_of_one_decodes_as_its_model():
     (model,), (src, mask) = models(1, eos=2.0), source()
     expected = greedy_decode_cached(model, src, mask, 10, BOS, EOS, banned=UNK)
@@ -68,24 +87,15 @@ def test_each_greedy_step_follows_the_mean_of_the_log_probabilities():
     ensemble, (src, mask) = models(3, eos=0.5), source()
     got = outputs(greedy_decode_cached(Ensemble(ensemble), src, mask, 10, BOS, EOS, banned=UNK))
     assert any(ended(got)) and not all(ended(got))
-    for i, out in enumerate(got):  # every step again, with whole forward passes and no cache
-        ys = torch.tensor([[BOS] + out[:-1]])
-        for t in range(len(out)):
-            tgt_mask = torch.tril(torch.ones(1, t + 1, t + 1, dtype=torch.bool))
-            step = torch.stack([m.generator(m(src[i:i + 1], ys[:, :t + 1], mask[i:i + 1], tgt_mask))[0, -1]
-                                for m in ensemble]).mean(0)
-            step[UNK] = float("-inf")
-            assert int(step.argmax()) == out[t], (i, t)
-        assert out[-1] == EOS or len(out) == 9
+    assert_each_step_follows_the_mean(ensemble, src, mask, got)
+    assert all(out[-1] == EOS or len(out) == 9 for out in got)
 
 
 def test_beam_search_scores_an_output_by_the_mean_of_the_models_scores():
     ensemble, (src, mask) = models(2, eos=0.3), source()
     best, scores = beam_search(Ensemble(ensemble), src, mask, beam_size=3, max_extra=5, banned=UNK)
     assert len({len(out) for out in best}) > 1  # outputs of several lengths: sentences end at different steps
-    for i, out in enumerate(best):
-        one = lambda m: sequence_score(m, src[i:i + 1], mask[i:i + 1], out)  # teacher-forced, with the length penalty
-        assert abs(float(scores[i]) - sum(one(m) for m in ensemble) / 2) < 1e-4, i
+    assert_scores_are_the_mean(ensemble, src, mask, best, scores)
 
 
 def test_members_of_different_sizes():
@@ -97,18 +107,9 @@ def test_members_of_different_sizes():
     assert together.config.max_len == 40  # the shortest member's
     src, mask = source()
     got = outputs(greedy_decode_cached(together, src, mask, 10, BOS, EOS, banned=UNK))
-    for i, out in enumerate(got):  # every step again, with whole forward passes and no cache
-        ys = torch.tensor([[BOS] + out])
-        for t in range(len(out)):
-            tgt_mask = torch.tril(torch.ones(1, t + 1, t + 1, dtype=torch.bool))
-            step = torch.stack([m.generator(m(src[i:i + 1], ys[:, :t + 1], mask[i:i + 1], tgt_mask))[0, -1]
-                                for m in ensemble]).mean(0)
-            step[UNK] = float("-inf")
-            assert int(step.argmax()) == out[t], (i, t)
+    assert_each_step_follows_the_mean(ensemble, src, mask, got)
     best, scores = beam_search(together, src, mask, beam_size=3, max_extra=5, banned=UNK)
-    for i, out in enumerate(best):
-        one = lambda m: sequence_score(m, src[i:i + 1], mask[i:i + 1], out)
-        assert abs(float(scores[i]) - sum(one(m) for m in ensemble) / 3) < 1e-4, i
+    assert_scores_are_the_mean(ensemble, src, mask, best, scores)
 
 
 def test_an_ensemble_needs_models_of_one_vocabulary():
