@@ -32,10 +32,11 @@ def _spec_id(spec: dict) -> str:
     return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 def _stable_html_renderer(spec: dict, **metadata) -> dict:
-    "Altair's universal HTML output with an element id derived from the spec (no random uuid)."
+    "Altair's universal HTML output with an element id derived from the spec (no random uuid) and the spec without spaces."
     from altair.utils.mimebundle import spec_to_mimebundle
     return spec_to_mimebundle(spec, format="html", mode="vega-lite", template="universal",
                               output_div=f"altair-viz-{_spec_id(spec)}",
+                              json_kwds={"separators": (",", ":"), "ensure_ascii": False},  # no spaces: a notebook stores each chart it shows
                               vega_version=alt.VEGA_VERSION, vegaembed_version=alt.VEGAEMBED_VERSION,
                               vegalite_version=alt.VEGALITE_VERSION, **metadata)
 
