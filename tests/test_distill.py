@@ -21,7 +21,8 @@ from annotated_transformer.decoding import beam_search, greedy_decode_cached, se
 from annotated_transformer.model import make_model  # noqa: E402
 from annotated_transformer.pretrained import RECIPE, Ensemble  # noqa: E402
 from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT  # noqa: E402
-from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, TEACHER_BEAM, collect, ensemble_only, teach, teach_with_beam  # noqa: E402
+from distill import (STUDENT, STUDENT_ENSEMBLE_ONLY, STUDENT_WIDE, TEACHER_BEAM, collect, ensemble_only, teach,  # noqa: E402
+                     teach_with_beam)
 
 
 def models(n: int, eos: float, vocab: int = 13) -> list:
@@ -128,6 +129,16 @@ def test_the_student_is_the_recipe_with_half_the_epochs_in_bf16():
     only = asdict(STUDENT_ENSEMBLE_ONLY)  # the shipped model's settings: the recipe in bf16, on its own corpus
     assert STUDENT_ENSEMBLE_ONLY is SHIPPED_STUDENT and STUDENT_ENSEMBLE_ONLY.precision == "bf16"
     assert {k for k in recipe if recipe[k] != only[k]} == {"precision", "out_dir", "corpus_dir"}
+
+
+def test_the_wide_student_is_the_shipped_one_at_384_and_fits_30_mb():
+    only, wide = asdict(STUDENT_ENSEMBLE_ONLY), asdict(STUDENT_WIDE)
+    assert {k for k in only if only[k] != wide[k]} == {"model"}
+    assert {k for k in only["model"] if only["model"][k] != wide["model"][k]} == {"d_model"} and STUDENT_WIDE.model.d_model == 384
+    vocab = STUDENT_WIDE.subwords  # one shared BPE vocabulary of this size, one tied matrix
+    model = make_model(vocab, vocab, N=STUDENT_WIDE.model.N, d_model=384, d_ff=STUDENT_WIDE.model.d_ff, h=STUDENT_WIDE.model.h,
+                       tie_embeddings=True)
+    assert 2 * sum(p.numel() for p in model.parameters()) <= 30e6  # float16: two bytes a parameter
 
 
 def test_the_corpus(tmp_path, monkeypatch):

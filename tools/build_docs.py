@@ -60,7 +60,7 @@ def opening_plumbing(cells: list[dict]) -> set[int]:
 
 
 ALTAIR_ID = re.compile(r'<div id="(altair-viz-[0-9a-f]+)"></div>')
-ALTAIR_CALL = re.compile(r'\}\)\((\{.*\}), (\{"mode": "vega-lite"\})\);\s*</script>\s*$', re.S)
+ALTAIR_CALL = re.compile(r'\}\)\((\{.*\}), (\{"mode":\s*"vega-lite"\})\);\s*</script>\s*$', re.S)
 
 
 def compact_charts(cell: dict) -> dict:
