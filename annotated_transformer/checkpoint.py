@@ -134,7 +134,11 @@ def writing_folder(path: str | Path,  # the checkpoint folder to (re)place
                    ):
     "Yield an empty temporary folder beside `path`; on success, seal it and swap it into place as a whole."
     path = Path(path).resolve()
-    check_writable(path)
+    if path.parent.is_dir():
+        with _folder_lock(path.parent):  # not while another writer is between its two renames below
+            check_writable(path)
+    else:
+        check_writable(path)  # nothing to swap yet, and a refused save creates no folder
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))  # one per writer
     old = tmp.with_suffix(".old")
@@ -142,6 +146,7 @@ def writing_folder(path: str | Path,  # the checkpoint folder to (re)place
         yield tmp
         _seal(tmp, step)
         with _folder_lock(path.parent):  # two writers of one folder swap one after the other
+            check_writable(path)  # again: the folder may have changed while this save was written
             if path.is_dir() and any(path.iterdir()) and _has_vocabularies(path) != _has_vocabularies(tmp):
                 raise ValueError(f"{path} holds {_kind(path)}; this save is {_kind(tmp)} and would replace it: "
                                  "choose another folder")
