@@ -133,10 +133,10 @@ def run(runs_dir: Path) -> None:
     "Teach (once), then train the four students (each resuming after a stop)."
     teach(runs_dir / "corpus")
     train(replace(STUDENT, out_dir=str(runs_dir / "student"), corpus_dir=str(runs_dir / "corpus")))
-    train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_ensemble_only"),
-                  corpus_dir=str(ensemble_only(runs_dir / "corpus"))))
+    only = ensemble_only(runs_dir / "corpus")  # the second and the fourth student's corpus
+    train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_ensemble_only"), corpus_dir=str(only)))
     train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_beam"), corpus_dir=str(teach_with_beam(runs_dir))))
-    train(replace(STUDENT_WIDE, out_dir=str(runs_dir / "student_d384"), corpus_dir=str(ensemble_only(runs_dir / "corpus"))))
+    train(replace(STUDENT_WIDE, out_dir=str(runs_dir / "student_d384"), corpus_dir=str(only)))
 
 
 def collect(runs_dir: Path, out: Path = OUT) -> dict:
