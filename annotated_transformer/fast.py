@@ -228,12 +228,14 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         const = _xlogx(confidence) + (V - 2) * _xlogx(smoothing_each)  # sum_j t log t per row
         w, b = weight.to(mm_dtype), bias.to(mm_dtype)  # (V, d_model), (V,)
         smooth_row = (torch.arange(V, device=x.device) != padding_idx).float() * smoothing_each  # (V,): 0 at padding
-        gold_lift = torch.full((chunk_size, 1), smoothing_each - confidence, device=x.device)  # t at gold: e -> c
         grad_x = []  # per chunk, (c, d_model)
         grad_w = torch.zeros(weight.shape, device=x.device)  # (V, d_model), float32: summed over chunks
         grad_b = torch.zeros(bias.shape, device=x.device)  # (V,)
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
-        for xc, yc in zip(x.split(chunk_size), target.split(chunk_size)):  # (c, d), (c,): c <= chunk_size
+        # Under torch.compile the whole batch is one chunk: a loop over a number of chunks that depends on the batch
+        # would be unrolled into the graph, and every new number of chunks would compile the step again.
+        chunks = [(x, target)] if torch.compiler.is_compiling() else zip(x.split(chunk_size), target.split(chunk_size))
+        for xc, yc in chunks:  # (c, d), (c,): c <= chunk_size in eager mode
             xc, yc = xc.to(mm_dtype), yc.unsqueeze(1)  # (c, d), (c, 1)
             real = (yc != padding_idx).to(mm_dtype)  # (c, 1): 1 for a real token, 0 for padding
             z = torch.addmm(b, xc, w.t()).float()  # logits (c, V)
@@ -242,7 +244,8 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
             others = z.sum(1, keepdim=True) - z[:, padding_idx:padding_idx + 1] - (gold + lse) - (V - 2) * lse
             loss = loss + (real.float() * (const - confidence * gold - smoothing_each * others)).sum()
             # gradient at the logits: p - t, with t = e everywhere but c at the gold id and 0 at padding
-            g = (z.softmax(dim=1) - smooth_row).scatter_add(1, yc, gold_lift[: len(yc)]).to(mm_dtype)  # (c, V)
+            gold_lift = torch.full(yc.shape, smoothing_each - confidence, device=x.device)  # (c, 1): t at gold, e -> c
+            g = (z.softmax(dim=1) - smooth_row).scatter_add(1, yc, gold_lift).to(mm_dtype)  # (c, V)
             grad_x.append(((g @ w) * real).to(x.dtype))  # padding rows: no loss, no gradient
             grad_w = grad_w + (g.t() @ (xc * real)).float()
             grad_b = grad_b + (g.t() @ real).float().squeeze(1)

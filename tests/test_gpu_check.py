@@ -1,5 +1,6 @@
 """tools/gpu_check.sh, the GPU check CI cannot run: it parses, says what is wrong with a bad option,
 refuses to run without a GPU (exit 3, leaving the committed results untouched), and covers what it promises."""
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -104,3 +105,18 @@ def test_the_gpu_tables_in_the_docs_are_lines_of_the_check_log():
     table = [line for line in (ROOT / "benchmarks" / "results_gpu_train_step.txt").read_text().splitlines() if line]
     assert any(line.startswith("| fast |") for line in table)
     assert all(line in log for line in table)  # `in` on an iterator consumes it: each line found after the one before
+
+
+def test_the_compiled_step_figures_in_the_docs_come_from_the_check_log():
+    "docs/gpu.md's figures for the compiled step (speed-up, warm-up, catching up, memory) are those of the log's step 6."
+    step6 = (ROOT / "benchmarks" / "results_gpu.txt").read_text().split("steps     6 (of 1-6)")[-1]
+    rows = {k: (float(tok_s), float(mb)) for k, tok_s, mb in re.findall(r"^\| ([\w+]+) \| (\d+) \| (\d+) \|$", step6, re.M)}
+    (warmup,) = map(float, re.findall(r"fast\+compile process 1/1: \d+ tok/s, warm-up steps ([\d.]+) s", step6))
+    (finished,) = re.findall(r"^-- ok \((\d+) s\): benchmark: training step with torch.compile", step6, re.M)
+    eager, compiled = rows["fast"][0], rows["fast+compile"][0]
+    catch_up = warmup / (1 / eager - 1 / compiled)  # target tokens after which the compiled run is ahead
+    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())  # line breaks read as spaces
+    for figure in (f"ran {compiled / eager:.2f} times as fast", f"took {warmup:.0f} s", f"finished in {finished} s",
+                   f"after {catch_up / 1e6:.1f} million target tokens", f"about {catch_up / eager / 60:.0f} minutes"):
+        assert figure in text, figure
+    assert rows["fast+compile"][1] < rows["fast"][1]  # "with a lower peak of memory"
