@@ -216,6 +216,26 @@ def test_benchmark_page_includes_result_files():
         "a measured figure typed into the page: it belongs in the included result files"
 
 
+def train_step_tables(name):
+    "{model: {implementation: (tokens/s, peak MB)}} of a results file of benchmarks/train_step.py."
+    text = (ROOT / "benchmarks" / name).read_text()
+    return {model: {k: (float(tok_s), float(mb)) for k, tok_s, mb in re.findall(r"^\| ([\w+]+) \| ([\d.]+) \| ([\d.]+) \|$", block, re.M)}
+            for model, block in re.findall(r"^(\w+) model \{[^}]*\}[^\n]*\n\n((?:\|[^\n]*\n)+)", text, re.M)}
+
+
+def test_the_benchmark_page_says_what_the_recheck_measured():
+    "docs/benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
+    first, recheck = train_step_tables("results_train_step.txt"), train_step_tables("results_train_step_recheck.txt")
+    assert set(first) == set(recheck) == {"small", "base"}
+    for model, rows in recheck.items():
+        assert rows["fast+compile"][0] < rows["fast"][0]  # "compiling is still slower than the eager step there"
+        slower = {k: rows[k][0] / first[model][k][0] for k in rows}
+        assert all(slower[k] < 0.8 for k in ("fast", "torch", "fast+compile", "fast+torch_masks")), slower  # "far slower"
+        assert 0.8 <= slower["explicit"] < 1, slower  # "the fp32 teaching path only a little slower"
+    assert recheck["small"]["fast+compile"][1] > recheck["small"]["fast"][1]  # "more memory at its peak for the small model"
+    assert recheck["base"]["fast"][0] < 2.5 * recheck["base"]["explicit"][0] <= first["base"]["fast"][0]  # "less than 2.5 times"
+
+
 def test_decode_results_agree():
     "The decoding table of results_decode.txt is the one recorded in results_decode.json, from the shipped model."
     data = json.loads((ROOT / "benchmarks" / "results_decode.json").read_text())
