@@ -205,7 +205,7 @@ class FastLabelSmoothing(LabelSmoothing):
 
 # %% ../nbs/06_fast.ipynb #bcff18f1
 class _FusedProjectionLabelSmoothing(torch.autograd.Function):
-    "Summed label-smoothed KL loss of softmax(x W^T + b), with gradients computed chunk by chunk in forward."
+    "Summed label-smoothed KL loss of softmax(x W^T + b), gradients computed in forward (chunk by chunk when eager)."
     @staticmethod
     def forward(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size):
         # The three matrix products run in bf16 when the caller has bf16 autocast on, as autocast would run the
@@ -262,9 +262,9 @@ def fused_label_smoothing_loss(
     generator: nn.Module,  # a `Generator` (its `proj` linear layer is used)
     target: torch.Tensor,  # (tokens,) gold ids; rows whose id is the padding id add nothing
     criterion: LabelSmoothing,  # supplies V, padding id and smoothing
-    chunk_size: int = 512,  # tokens per chunk; memory ~ chunk_size x V (512: fastest of 256-1024 on a CPU)
+    chunk_size: int = 512,  # tokens per chunk when eager; memory ~ chunk_size x V (512: fastest of 256-1024 on a CPU)
 ) -> torch.Tensor:  # scalar: the same value as criterion(generator(x), target)
-    "Output projection + log-softmax + label-smoothed loss without materialising all the logits."
+    "Output projection + log-softmax + label-smoothed loss; when eager, without materialising all the logits."
     proj = generator.proj
     if proj.weight.size(0) != criterion.size:
         raise ValueError(f"generator has {proj.weight.size(0)} outputs but the criterion expects V={criterion.size}")

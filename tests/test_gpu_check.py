@@ -109,14 +109,18 @@ def test_the_gpu_tables_in_the_docs_are_lines_of_the_check_log():
 
 def test_the_compiled_step_figures_in_the_docs_come_from_the_check_log():
     "docs/gpu.md's figures for the compiled step (speed-up, warm-up, catching up, memory) are those of the log's step 6."
-    step6 = (ROOT / "benchmarks" / "results_gpu.txt").read_text().split("steps     6 (of 1-6)")[-1]
+    step6_log = "date" + (ROOT / "benchmarks" / "results_gpu.txt").read_text().split("\ndate")[-1]  # the last check
+    step6 = step6_log.split("steps     6 (of 1-6)")[-1]
     rows = {k: (float(tok_s), float(mb)) for k, tok_s, mb in re.findall(r"^\| ([\w+]+) \| (\d+) \| (\d+) \|$", step6, re.M)}
-    (warmup,) = map(float, re.findall(r"fast\+compile process 1/1: \d+ tok/s, warm-up steps ([\d.]+) s", step6))
+    warmup = {k: float(s) for k, s in re.findall(r"([\w+]+) process 1/1: \d+ tok/s, warm-up steps ([\d.]+) s", step6)}
     (finished,) = re.findall(r"^-- ok \((\d+) s\): benchmark: training step with torch.compile", step6, re.M)
     eager, compiled = rows["fast"][0], rows["fast+compile"][0]
-    catch_up = warmup / (1 / eager - 1 / compiled)  # target tokens after which the compiled run is ahead
+    extra = warmup["fast+compile"] - warmup["fast"]  # seconds the compiled run's warm-up costs beyond the eager one's
+    catch_up = extra / (1 / eager - 1 / compiled)  # target tokens after which the compiled run is ahead
     text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())  # line breaks read as spaces
-    for figure in (f"ran {compiled / eager:.2f} times as fast", f"took {warmup:.0f} s", f"finished in {finished} s",
+    date, gpu = re.findall(r"^date      (\S+) .*\nGPU       NVIDIA (\w+)", step6_log, re.M)[-1]
+    assert f"On {date}, on an {gpu}, step 6" in text and f"Its latest run was on an {gpu}" in text
+    for figure in (f"ran {compiled / eager:.2f} times as fast", f"took {warmup['fast+compile']:.0f} s", f"finished in {finished} s",
                    f"after {catch_up / 1e6:.1f} million target tokens", f"about {catch_up / eager / 60:.0f} minutes"):
         assert figure in text, figure
     assert rows["fast+compile"][1] < rows["fast"][1]  # "with a lower peak of memory"
