@@ -50,6 +50,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -295,6 +296,11 @@ def main():
               + (f"; fast/fast+torch_masks speed {tok_s['fast'] / tok_s['fast+torch_masks']:.2f}x, memory "
                  f"{mem['fast'] / mem['fast+torch_masks']:.2f}x" if args.torch_masks else ""))
 
+
+def read_tables(text: str) -> dict[str, dict[str, tuple[float, float]]]:
+    "The tables `main` prints, read back from its output or a log: {model: {implementation: (target tokens/s, peak MB)}}."
+    return {model: {k: (float(tok_s), float(mb)) for k, tok_s, mb in re.findall(r"^\| ([\w+]+) \| ([\d.]+) \| ([\d.]+) \|$", block, re.M)}
+            for model, block in re.findall(r"^(\w+) model \{[^}]*\}[^\n]*\n\n((?:\|[^\n]*\n)+)", text, re.M)}
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 refuses to run without a GPU (exit 3, leaving the committed results untouched), and covers what it promises."""
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables are written)
+
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
 
 
@@ -111,7 +115,7 @@ def test_the_compiled_step_figures_in_the_docs_come_from_the_check_log():
     "docs/gpu.md's figures for the compiled step (speed-up, warm-up, catching up, memory) are those of the log's step 6."
     step6_log = "date" + (ROOT / "benchmarks" / "results_gpu.txt").read_text().split("\ndate")[-1]  # the last check
     step6 = step6_log.split("steps     6 (of 1-6)")[-1]
-    rows = {k: (float(tok_s), float(mb)) for k, tok_s, mb in re.findall(r"^\| ([\w+]+) \| (\d+) \| (\d+) \|$", step6, re.M)}
+    (rows,) = read_tables(step6).values()  # the base model's table
     warmup = {k: float(s) for k, s in re.findall(r"([\w+]+) process 1/1: \d+ tok/s, warm-up steps ([\d.]+) s", step6)}
     (finished,) = re.findall(r"^-- ok \((\d+) s\): benchmark: training step with torch.compile", step6, re.M)
     eager, compiled = rows["fast"][0], rows["fast+compile"][0]

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables are written)
+
 README = (ROOT / "README.md").read_text()
 # the site pages the README sends readers to for commands; their examples are tested like the README's own
 PAGES = ["usage", "distributed", "gpu", "benchmarks", "contributing"]
@@ -216,16 +219,10 @@ def test_benchmark_page_includes_result_files():
         "a measured figure typed into the page: it belongs in the included result files"
 
 
-def train_step_tables(name):
-    "{model: {implementation: (tokens/s, peak MB)}} of a results file of benchmarks/train_step.py."
-    text = (ROOT / "benchmarks" / name).read_text()
-    return {model: {k: (float(tok_s), float(mb)) for k, tok_s, mb in re.findall(r"^\| ([\w+]+) \| ([\d.]+) \| ([\d.]+) \|$", block, re.M)}
-            for model, block in re.findall(r"^(\w+) model \{[^}]*\}[^\n]*\n\n((?:\|[^\n]*\n)+)", text, re.M)}
-
-
 def test_the_benchmark_page_says_what_the_recheck_measured():
     "docs/benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
-    first, recheck = train_step_tables("results_train_step.txt"), train_step_tables("results_train_step_recheck.txt")
+    first, recheck = (read_tables((ROOT / "benchmarks" / name).read_text())
+                      for name in ("results_train_step.txt", "results_train_step_recheck.txt"))
     assert set(first) == set(recheck) == {"small", "base"}
     for model, rows in recheck.items():
         assert rows["fast+compile"][0] < rows["fast"][0]  # "compiling is still slower than the eager step there"
