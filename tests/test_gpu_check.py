@@ -128,3 +128,71 @@ def test_the_compiled_step_figures_in_the_docs_come_from_the_check_log():
                    f"after {catch_up / 1e6:.1f} million target tokens", f"about {catch_up / eager / 60:.0f} minutes"):
         assert figure in text, figure
     assert rows["fast+compile"][1] < rows["fast"][1]  # "with a lower peak of memory"
+
+
+def test_the_whole_compiled_run_figures_in_the_docs_come_from_its_files():
+    "docs/gpu.md's account of the recipe trained with compiled steps on a GPU: every figure read from the run's files."
+    import json, statistics
+    gpu = ROOT / "benchmarks" / "gpu_h100"
+    history = [json.loads(line) for line in (gpu / "train_compile_history.jsonl").read_text().splitlines()]
+    results = json.loads((gpu / "train_compile_results.json").read_text())
+    log = (gpu / "train_compile_log.txt").read_text()
+    eager = [(int(tok_s), int(s)) for tok_s, s in re.findall(r"(\d+) tok/s  (\d+)s", log.split("== compiled")[0])]
+    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())  # line breaks read as spaces
+    compiled_tok_s = statistics.median(r["tokens_per_s"] for r in history[1:])
+    eager_pace = statistics.median(s for _, s in eager[1:])  # seconds an epoch after the first
+    (stopped,) = re.findall(r"\((\d+) batches into epoch (\d+)\)", log)
+    recompiled = max(history[1:], key=lambda r: r["seconds"])
+    for figure in (f"median of {compiled_tok_s:,} target tokens/s",
+                   f"ran at {eager[1][0]:,} and {eager[2][0]:,}",
+                   f"about {compiled_tok_s / statistics.median(t for t, _ in eager[1:]):.2f} times as fast",
+                   f"took {history[0]['seconds']:.0f} s, against {eager[0][1]} s eager",
+                   f"Epoch {recompiled['epoch']} took {recompiled['seconds']:.0f} s, where its neighbours took "
+                   f"{history[recompiled['epoch'] - 2]['seconds']:.0f} s",
+                   f"The {len(history)} epochs took {sum(r['seconds'] for r in history):.0f} s in all",
+                   f"({eager[0][1]} s, then about {eager_pace:.0f} s an epoch)",
+                   f"take about {eager[0][1] + (len(history) - 1) * eager_pace:.0f} s",
+                   f"{stopped[0]} batches into epoch {stopped[1]}",
+                   f"best epoch scored {max(r['val_bleu'] for r in history)} validation BLEU",
+                   f"beam 4: {results['test2016']['beam_4']['bleu']}"):
+        assert figure in text, figure
+    # the CPU runs of the recipe (the trained-model chapter's precision.json) and the bf16 run with the GPU run's seed
+    precision = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())
+    runs = [precision[name] for name in ("recipe", "recipe_seed1", "recipe_seed2")]
+    best = [run["candidates_val_bleu_greedy"][p]["best epoch (validation BLEU)"] for run in runs for p in ("bf16", "fp32")
+            if p in run["candidates_val_bleu_greedy"]]
+    assert len(best) == 4 and f"four CPU runs of the same recipe scored {min(best)} to {max(best)}" in text
+    cpu = precision["recipe"]["bf16"]["history"]
+    above = [g["epoch"] for g, c in zip(history, cpu) if g["train_loss"] > c["train_loss"] and g["val_loss"] > c["val_loss"]]
+    assert "the same seed from epoch 4 on" in text and above[-35:] == list(range(4, 39)) and 3 not in above
+    for epoch in (1, 5, 10, 20, 30, 38):
+        g, c = history[epoch - 1], cpu[epoch - 1]
+        row = (f"| {epoch} | {g['train_loss']:.3f} | {c['train_loss']:.3f} | {g['val_loss']:.3f} | {c['val_loss']:.3f} "
+               f"| {g['val_bleu']} | {c['val_bleu']} |")
+        assert row in text, row
+    # the checks on the H100, and the CPU's small run
+    probe = (gpu / "compile_quality_probe.txt").read_text()
+    assert probe.count("same mask True") == 4 and probe.count("same mask twice: False") == 2
+    errors = dict(re.findall(r"(eager bf16|compiled bf16): ([\d.e+-]+)", probe))
+    as_written = lambda x: f"{float(x):.2e}".replace("e-0", "e-")
+    assert f"{as_written(errors['compiled bf16'])} compiled and {as_written(errors['eager bf16'])} eager" in text
+    small = {run: float(val) for run, epoch, _, val, _ in
+             (line.split() for line in (ROOT / "benchmarks" / "results_train_compile_cpu.txt").read_text().splitlines()[2:])
+             if epoch == "6"}
+    assert f"validation loss {small['compiled']:.3f} compiled, {small['eager']:.3f} eager" in text
+
+
+def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
+    "Step 1's judge (tools/recipe_on_gpu.py) fails the compiled H100 run (40.12) and passes the CPU's own bf16 run."
+    import json
+    judge = lambda log: subprocess.run([sys.executable, str(ROOT / "tools" / "recipe_on_gpu.py"), str(log)],
+                                       capture_output=True, text=True, timeout=60)
+    failed = judge(ROOT / "benchmarks" / "gpu_h100" / "train_compile_history.jsonl")
+    assert failed.returncode == 1 and "best validation BLEU 40.12 in 38 epochs" in failed.stdout, failed.stdout
+    cpu_run = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())["recipe"]["bf16"]
+    log = tmp_path / "history.jsonl"
+    log.write_text("".join(json.dumps({**r, "precision": "bf16"}) + "\n" for r in cpu_run["history"]))
+    passed = judge(log)
+    assert passed.returncode == 0 and "best validation BLEU 42.69" in passed.stdout, passed.stdout
+    missing = judge(tmp_path / "none.jsonl")
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1 and "no training log" in missing.stderr
