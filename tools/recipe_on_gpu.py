@@ -4,16 +4,21 @@ validation BLEU with the best epochs of the recipe's CPU runs (precision.json of
 
     python tools/recipe_on_gpu.py [runs/multi30k/history.jsonl]
 
-Exits 1 when the run's best validation BLEU is more than 1.0 below the lowest of the CPU runs (their spread over seeds
-and precisions is about half a point), 2 when the log is missing or holds no validation BLEU.
+Exits 1 when the run's best validation BLEU is more than MARGIN below the lowest of the CPU runs (their spread over
+seeds and precisions is about half a point); 2, with one line, when the log is missing, unreadable, not a finished run
+of `RECIPE` (its train_config.json beside it), or without a validation BLEU for every epoch.
 """
 import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from annotated_transformer.pretrained import RECIPE  # noqa: E402 (the package of this checkout)
+
 CPU_RUNS = ROOT / "annotated_transformer" / "pretrained" / "precision.json"
 MARGIN = 1.0  # BLEU below the lowest CPU run that fails the check
+SETTINGS = ("subwords", "min_freq", "max_tokens", "epochs", "cooldown", "warmup", "factor", "smoothing", "seed")
 
 
 def cpu_best_epochs(path: Path = CPU_RUNS) -> list[float]:
@@ -31,14 +36,38 @@ def judge(history: list[dict], cpu: list[float]) -> tuple[bool, str]:
     return best >= min(cpu) - MARGIN, line
 
 
+def not_the_recipe(settings: dict) -> list[str]:
+    "The settings of a run (train_config.json) that differ from `RECIPE`'s."
+    differ = [k for k in SETTINGS if settings.get(k) != getattr(RECIPE, k)]
+    model = settings.get("model") or {}
+    return differ + [f"model.{k}" for k in ("N", "d_model", "d_ff", "h", "dropout") if model.get(k) != getattr(RECIPE.model, k)]
+
+
+def read_run(log: Path) -> list[dict]:
+    "The epochs of the run whose history.jsonl is `log`; SystemExit(one line) if it is not a finished run of RECIPE."
+    config = log.parent / "train_config.json"
+    if not log.is_file() or not config.is_file():
+        raise SystemExit(f"recipe_on_gpu.py: no training run at {log.parent} (expected history.jsonl and train_config.json)")
+    try:
+        history = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        differ = not_the_recipe(json.loads(config.read_text()))
+        epochs = [r["epoch"] for r in history]
+        complete = all(isinstance(r["val_bleu"], (int, float)) for r in history)
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise SystemExit(f"recipe_on_gpu.py: {log} or train_config.json beside it is not a training log ({e!r})")
+    if differ:
+        raise SystemExit(f"recipe_on_gpu.py: the run in {log.parent} is not the recipe (settings {', '.join(differ)} differ)")
+    if epochs != list(range(1, RECIPE.epochs + 1)) or not complete:
+        raise SystemExit(f"recipe_on_gpu.py: {log} is not a finished run: expected epochs 1 to {RECIPE.epochs}, each with "
+                         f"a validation BLEU, found {len(epochs)} epoch records")
+    return history
+
+
 def main(argv: list[str]) -> int:
-    log = Path(argv[0] if argv else ROOT / "runs" / "multi30k" / "history.jsonl")
-    if not log.is_file():
-        print(f"recipe_on_gpu.py: no training log at {log} (expected the history.jsonl of the run)", file=sys.stderr)
-        return 2
-    history = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    if not history or any(r.get("val_bleu") is None for r in history):
-        print(f"recipe_on_gpu.py: {log} holds no validation BLEU for every epoch", file=sys.stderr)
+    try:
+        history = read_run(Path(argv[0] if argv else ROOT / "runs" / "multi30k" / "history.jsonl"))
+    except SystemExit as stop:
+        print(stop, file=sys.stderr)
         return 2
     for r in history:
         print(f"epoch {r['epoch']:3d}  train loss {r['train_loss']:.3f}  val loss {r['val_loss']:.3f}  "
@@ -46,7 +75,7 @@ def main(argv: list[str]) -> int:
     passed, line = judge(history, cpu_best_epochs())
     print(line)
     if not passed:
-        print("the recipe trained here scores more than 1 BLEU below every CPU run of it")
+        print(f"the recipe trained here scores more than {MARGIN:g} BLEU below every CPU run of it")
     return 0 if passed else 1
 
 

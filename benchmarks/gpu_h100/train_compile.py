@@ -14,7 +14,7 @@ the training passes (`compiled_steps` below); the validation passes, decoding an
 Each epoch's line is printed as it ends, so a log cut short by a time limit keeps what was measured; the tables and
 ratios come at the end.
 
-    python benchmarks/gpu_h100/train_compile.py --device cuda --run-dir /tmp/compiled --export /tmp/compiled_model
+    python benchmarks/gpu_h100/train_compile.py --device cuda --eager-epochs 3 --run-dir /tmp/compiled --export /tmp/model
     python benchmarks/gpu_h100/train_compile.py --device cpu --max-steps 20 --eager-epochs 1   (a quick run of the script)
 """
 import argparse
