@@ -21,8 +21,8 @@ from annotated_transformer.decoding import beam_search, greedy_decode_cached, se
 from annotated_transformer.model import make_model  # noqa: E402
 from annotated_transformer.pretrained import RECIPE, Ensemble  # noqa: E402
 from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT  # noqa: E402
-from distill import (STUDENT, STUDENT_ENSEMBLE_ONLY, STUDENT_WIDE, TEACHER_BEAM, collect, ensemble_only, teach,  # noqa: E402
-                     teach_with_beam)
+import annotated_transformer.pretrained as pretrained  # noqa: E402
+from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, STUDENT_WIDE, TEACHER_BEAM, collect, teach, teach_with_beam  # noqa: E402
 
 
 def models(n: int, eos: float, vocab: int = 13) -> list:
@@ -146,6 +146,7 @@ def test_the_corpus(tmp_path, monkeypatch):
               "test": [("Ein Ball.", "A ball.")]}
     asked = []
     monkeypatch.setattr(distill, "load_multi30k", lambda split: splits[split])
+    monkeypatch.setattr(pretrained, "load_multi30k", lambda split, data_dir=None: splits[split])  # distill_corpus reads it
     folders = {"a": tmp_path / "a", "b": tmp_path / "b"}  # two teachers' checkpoint folders
     for folder in folders.values():
         folder.mkdir()
@@ -155,8 +156,8 @@ def test_the_corpus(tmp_path, monkeypatch):
         def translate(self, german, beam_size):
             asked.append((german, beam_size))
             return ["One dog.", "2 men."]
-    monkeypatch.setattr(distill, "load_ensemble", lambda folders, device: Teachers())
-    teach(tmp_path / "corpus")
+    monkeypatch.setattr(pretrained, "load_ensemble", lambda folders, device: Teachers())  # what distill_corpus calls
+    only = teach(tmp_path / "corpus")
     read = lambda name: (tmp_path / "corpus" / name).read_text(encoding="utf-8").splitlines()
     assert asked == [(["Ein Hund.", "Zwei Männer."], 1)]  # the ensemble translates the training German, greedily, and nothing else
     assert read("train.de") == ["Ein Hund.", "Zwei Männer.", "Ein Hund.", "Zwei Männer."]
@@ -170,15 +171,16 @@ def test_the_corpus(tmp_path, monkeypatch):
     assert len(asked) == 1 and read("train.en") == ["A dog.", "Two men.", "One dog.", "2 men."]
     teach(tmp_path / "corpus")
     assert len(asked) == 1
-    # the second student's corpus: the training German once, the ensemble's English, the same val and test
-    only = ensemble_only(tmp_path / "corpus")
-    assert only == tmp_path / "corpus_ensemble_only"
+    # the second student's corpus, the package's distill_corpus: the training German once, the ensemble's English, the
+    # same val and test, sealed with the teachers' weights and the greedy beam
+    assert only == tmp_path / "corpus_ensemble_only" and teach(tmp_path / "corpus") == only
+    assert json.loads((only / "teachers.json").read_text()) == pretrained._sealed(list(folders.values()), 1)
     read = lambda name: (only / name).read_text(encoding="utf-8").splitlines()
     assert (read("train.de"), read("train.en")) == (["Ein Hund.", "Zwei Männer."], ["One dog.", "2 men."])
     assert (read("val.de"), read("val.en"), read("test.de"), read("test.en")) == (["Eine Katze."], ["A cat."], ["Ein Ball."], ["A ball."])
     assert not list(only.glob("*.tmp"))
     (only / "train.de").write_text("left alone\n", encoding="utf-8")  # a complete corpus is not written again
-    assert ensemble_only(tmp_path / "corpus") == only and read("train.de") == ["left alone"]
+    assert teach(tmp_path / "corpus") == only and read("train.de") == ["left alone"] and len(asked) == 1
 
 
 def test_the_third_corpus_is_the_ensembles_beam(tmp_path, monkeypatch):

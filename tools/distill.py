@@ -6,7 +6,8 @@ ensemble that translates better than any one of them, but four models do not fit
 take. Sequence-level knowledge distillation (Kim and Rush 2016) trains one model of the usual size on the ensemble's
 translations instead:
 
-1. `teach`: the ensemble translates the 29,000 German training sentences greedily, following at each step the mean
+1. `teach`: the ensemble translates the 29,000 German training sentences greedily (the package's `distill_corpus`,
+   which writes the second student's corpus below and seals it with its teachers), following at each step the mean
    of the four models' log-probabilities. Each teacher is the candidate its run would ship: its best epoch or its
    averaged last epochs, whichever scored higher on val. The ensemble translates nothing but the training set's German.
 2. The student's corpus is the training set twice: once with its own English, once with the ensemble's; its val and
@@ -80,45 +81,27 @@ def teachers(precision_runs: Path = PRECISION_RUNS) -> dict[str, Path]:
     return chosen
 
 
-def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> None:
-    """Write the student's corpus: train twice (own English, then the ensemble's), val and test as they are.
-    teachers.json names the teachers; the ensemble's translations (teacher.en) are kept, so a stop after them loses nothing."""
-    if (corpus / "train.en").exists():  # written last: the corpus is complete
-        return
-    corpus.mkdir(parents=True, exist_ok=True)
-    pairs = {split: load_multi30k(split) for split in ("train", "val", "test")}
-    german = [de for de, _ in pairs["train"]]
-    done = corpus / "teacher.en"
-    taught = done.read_text(encoding="utf-8").splitlines() if done.exists() else []
-    if len(taught) != len(german):  # not translated yet (or for another training set)
-        folders = teachers(precision_runs)
-        missing = [f"{folder} ({name})" for name, folder in folders.items() if not (folder / "model.safetensors").is_file()]
-        if missing:
-            raise SystemExit(f"no teacher weights in {', '.join(missing)}: `python tools/precision_run.py run` trains the "
-                             "bf16 runs of the recipe")
-        write_json(corpus / "teachers.json", {name: str(folder) for name, folder in folders.items()})
-        taught = load_ensemble(list(folders.values()), "cpu").translate(german, beam_size=1)
-        write_lines(done, taught)
-    for split in ("val", "test"):
-        write_lines(corpus / f"{split}.de", [de for de, _ in pairs[split]])
-        write_lines(corpus / f"{split}.en", [en for _, en in pairs[split]])
-    write_lines(corpus / "train.de", german * 2)
-    write_lines(corpus / "train.en", [en for _, en in pairs["train"]] + taught)
-
-
-def ensemble_only(corpus: Path) -> Path:
-    """Write the second student's corpus beside `corpus` (teach's, complete) and return its folder: the training German
-    once, with the ensemble's English (teacher.en); val and test as in `corpus`."""
+def teach(corpus: Path, precision_runs: Path = PRECISION_RUNS) -> Path:
+    """Write the first student's corpus, `corpus`: the training set twice (its own English, then the ensemble's), val and
+    test as they are, and teachers.json naming the teachers. Return the second's, which the package's `distill_corpus`
+    writes beside it (`corpus`_ensemble_only: the training German with the ensemble's greedy translations) and keeps,
+    so a stop after the ensemble's pass loses nothing."""
     only = corpus.with_name(corpus.name + "_ensemble_only")
-    if (only / "train.en").exists():  # written last: the corpus is complete
+    if (corpus / "train.en").exists():  # written last: both corpora are complete
         return only
-    only.mkdir(exist_ok=True)
-    read = lambda name: (corpus / name).read_text(encoding="utf-8").splitlines()
-    taught = read("teacher.en")
+    folders = teachers(precision_runs)
+    missing = [f"{folder} ({name})" for name, folder in folders.items() if not (folder / "model.safetensors").is_file()]
+    if missing:
+        raise SystemExit(f"no teacher weights in {', '.join(missing)}: `python tools/precision_run.py run` trains the "
+                         "bf16 runs of the recipe")
+    distill_corpus(list(folders.values()), only, device="cpu")
+    corpus.mkdir(parents=True, exist_ok=True)
+    write_json(corpus / "teachers.json", {name: str(folder) for name, folder in folders.items()})
+    read = lambda name: (only / name).read_text(encoding="utf-8").splitlines()
     for name in ("val.de", "val.en", "test.de", "test.en"):
-        write_lines(only / name, read(name))
-    write_lines(only / "train.de", read("train.de")[:len(taught)])  # its first half: the training German once
-    write_lines(only / "train.en", taught)
+        write_lines(corpus / name, read(name))
+    write_lines(corpus / "train.de", read("train.de") * 2)
+    write_lines(corpus / "train.en", [en for _, en in load_multi30k("train")] + read("train.en"))
     return only
 
 
@@ -131,9 +114,8 @@ def teach_with_beam(runs_dir: Path) -> Path:
 
 def run(runs_dir: Path) -> None:
     "Teach (once), then train the four students (each resuming after a stop)."
-    teach(runs_dir / "corpus")
+    only = teach(runs_dir / "corpus")  # the second and the fourth student's corpus
     train(replace(STUDENT, out_dir=str(runs_dir / "student"), corpus_dir=str(runs_dir / "corpus")))
-    only = ensemble_only(runs_dir / "corpus")  # the second and the fourth student's corpus
     train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_ensemble_only"), corpus_dir=str(only)))
     train(replace(STUDENT_ENSEMBLE_ONLY, out_dir=str(runs_dir / "student_beam"), corpus_dir=str(teach_with_beam(runs_dir))))
     train(replace(STUDENT_WIDE, out_dir=str(runs_dir / "student_d384"), corpus_dir=str(only)))
@@ -157,9 +139,13 @@ def collect(runs_dir: Path, out: Path = OUT) -> dict:
     ensemble = load_ensemble(list(folders.values()), "cpu")
     val_german, val_english = [de for de, _ in pairs["val"]], [en for _, en in pairs["val"]]
     german, references = [de for de, _ in pairs["train"]], [en for _, en in pairs["train"]]
-    taught = (corpus / "teacher.en").read_text(encoding="utf-8").splitlines()
+    only = runs_dir / "corpus_ensemble_only"  # the package's distill_corpus wrote it, sealed with its teachers and beam
+    sealed_by = lambda folder: json.loads((folder / "teachers.json").read_text()) if (folder / "teachers.json").is_file() else None
+    if sealed_by(only) != _sealed(list(folders.values()), 1):
+        raise SystemExit(f"{only} was not written by the teachers of {corpus} with greedy decoding")
+    taught = (only / "train.en").read_text(encoding="utf-8").splitlines()
     beam_corpus = runs_dir / "corpus_beam"  # the package's distill_corpus wrote it, sealed with its teachers and beam
-    if json.loads((beam_corpus / "teachers.json").read_text()) != _sealed(list(folders.values()), TEACHER_BEAM):
+    if sealed_by(beam_corpus) != _sealed(list(folders.values()), TEACHER_BEAM):
         raise SystemExit(f"{beam_corpus} was not written by the teachers of {corpus} with beam {TEACHER_BEAM}")
     taught_beam = (beam_corpus / "train.en").read_text(encoding="utf-8").splitlines()
     teachers_vocabulary = (next(iter(folders.values())) / "tokenizer.json").read_bytes()
