@@ -114,3 +114,24 @@ def test_notebooks_stay_light():
     "No notebook over 370 KB (the site shows each as one page; tests/test_site_reading.py weighs the built pages)."
     for nb in NOTEBOOKS:
         assert nb.stat().st_size <= 370_000, f"{nb.name}: {nb.stat().st_size / 1000:.0f} KB"
+
+
+def test_a_notebook_that_reads_repository_files_works_in_a_clone_on_colab():
+    """A notebook reading files of the repository outside nbs/ (../benchmarks/..., which `pip install` does not bring)
+    works in Colab only inside a clone: its setup cell clones the repository of pyproject.toml and moves into its nbs/.
+    (Runs the notebook writes, under ../runs, need no clone.)"""
+    url = repo_url()
+    readers = []
+    for nb in NOTEBOOKS:
+        code = "\n".join(c for c in code_cells(nb) if "google.colab" not in c)
+        read = sorted(set(re.findall(r"""["'](\.\./(?!runs/)[^"']+)["']""", code)))
+        if not read:
+            continue
+        readers.append(nb.name)
+        missing = [path for path in read if not (ROOT / "nbs" / path).is_file()]
+        assert not missing, f"{nb.name} reads {missing}, which the repository does not hold"
+        (setup,) = [c for c in code_cells(nb) if "google.colab" in c]
+        clone = re.search(r'"git", "clone", [^\]]*"(https://[^"]+)",\s*"([^"]+)"\]', setup)
+        assert clone and clone[1] == url, f"{nb.name} reads {read}: its Colab cell must clone {url}"
+        assert f'os.chdir("{clone[2]}/nbs")' in setup, f"{nb.name}: its Colab cell must work in the clone's nbs/"
+    assert "06_fast.ipynb" in readers  # the chapter that shows the benchmarks' tables
