@@ -143,6 +143,9 @@ def test_the_whole_compiled_run_figures_in_the_docs_come_from_its_files():
     compiled_tok_s = statistics.median(r["tokens_per_s"] for r in history[1:resumed - 1])  # epochs 2 to 36: compiled
     eager_pace = statistics.median(s for _, s in eager[1:])  # seconds an epoch after the first
     (stopped,) = re.findall(r"\((\d+) batches into epoch (\d+)\)", log)
+    date, gpu_name, torch_version = re.findall(r"^date +(\S+) .*\ndevice +NVIDIA (\w+) .*; torch (\d+\.\d+)", log, re.M)[0]
+    assert f"on an {gpu_name} with torch {torch_version} on {date}" in text
+    assert f"first eagerly for {dict(enumerate(['zero', 'one', 'two', 'three', 'four'])).get(len(eager))} epochs" in text
     recompiled = max(history[1:], key=lambda r: r["seconds"])
     for figure in (f"The compiled epochs after the first (2 to {resumed - 1}) trained at a median of {compiled_tok_s:,} target",
                    f"ran at {eager[1][0]:,} and {eager[2][0]:,}",
@@ -187,7 +190,9 @@ def test_the_whole_compiled_run_figures_in_the_docs_come_from_its_files():
     small = {run: float(val) for run, epoch, _, val, _ in
              (line.split() for line in (ROOT / "benchmarks" / "results_train_compile_cpu.txt").read_text().splitlines()[2:])
              if epoch == "6"}
-    assert f"validation loss {small['compiled']:.3f} compiled, {small['eager']:.3f} eager" in text
+    last = max(int(line.split()[1]) for line in (ROOT / "benchmarks" / "results_train_compile_cpu.txt").read_text().splitlines()[2:])
+    assert last == 6 and f"{small['compiled']:.3f} compiled, {small['eager']:.3f} eager after six epochs" in text
+    assert "small model trained compiled for six epochs" in text
 
 
 def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
