@@ -117,7 +117,7 @@ def test_notebooks_stay_light():
 
 
 def test_a_notebook_that_reads_repository_files_works_in_a_clone_on_colab():
-    """A notebook reading files of the repository outside nbs/ (../benchmarks/..., which `pip install` does not bring)
+    """A notebook reading files or folders of the repository outside nbs/ (../benchmarks/..., which `pip install` does not bring)
     works in Colab only inside a clone: its setup cell clones the repository of pyproject.toml and moves into its nbs/.
     (Runs the notebook writes, under ../runs, need no clone.)"""
     url = repo_url()
@@ -128,7 +128,7 @@ def test_a_notebook_that_reads_repository_files_works_in_a_clone_on_colab():
         if not read:
             continue
         readers.append(nb.name)
-        missing = [path for path in read if not (ROOT / "nbs" / path).is_file()]
+        missing = [path for path in read if not (ROOT / "nbs" / path).exists()]
         assert not missing, f"{nb.name} reads {missing}, which the repository does not hold"
         (setup,) = [c for c in code_cells(nb) if "google.colab" in c]
         clone = re.search(r'"git", "clone", [^\]]*"(https://[^"]+)",\s*"([^"]+)"\]', setup)
