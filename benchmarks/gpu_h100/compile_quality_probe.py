@@ -25,7 +25,7 @@ from annotated_transformer.model import ModelConfig, build_model
 from annotated_transformer.training import LabelSmoothing
 
 
-def dropout_mask_check(device: torch.device, compiled: bool, precision: str) -> bool:
+def dropout_mask_check(device: torch.device, compiled: bool, precision: str) -> tuple[bool, float]:  # (one mask, kept)
     B, H, S, p = 4, 8, 32, 0.3
     mask = torch.zeros(B, 1, 1, S, device=device)  # additive, nothing masked: as `attend_sdpa` passes it
 
