@@ -10,8 +10,6 @@ epoch, and the average of the last epochs, by greedy BLEU on the validation spli
     python tools/finetune.py collect --runs-dir runs/finetune   # writes annotated_transformer/pretrained/finetune.json
 """
 import json
-import math
-import sys
 import time
 from pathlib import Path
 
@@ -23,13 +21,13 @@ from ablation import run_or_collect, write_json  # tools/ablation.py: the comman
 from annotated_transformer.checkpoint import save_model
 from annotated_transformer.data import BOS, EOS, PAD, TokenBucketSampler, batches, load_multi30k
 from annotated_transformer.decoding import Translator, shipped_model_dir
-from annotated_transformer.evaluation import average_checkpoints, bleu
+from annotated_transformer.evaluation import average_checkpoints, evaluate_translator
 from annotated_transformer.fast import FastLossCompute, resolve_precision, set_seed, speed_up, train_epoch
 from annotated_transformer.subwords import vocabulary_texts
 from annotated_transformer.pretrained import RECIPE, hardware
 from annotated_transformer.training import LabelSmoothing
 
-LR = 2e-4  # the peak learning rate: a quarter of the recipe's rate where its cooldown begins
+LR = 2e-4  # the peak learning rate: about a quarter of the recipe's rate where its cooldown begins
 EPOCHS = 5  # passes over the 29,000 pairs
 WARMUP = 100  # optimizer steps: Adam's moments start from zero, so the first steps are kept small
 AVERAGE_LAST = 3  # the last epochs are also averaged, 2 and 3 of them
@@ -44,9 +42,9 @@ def rate_factor(step: int,  # optimizer steps taken
     return min((step + 1) / WARMUP, max(0.0, (total - step) / (total - WARMUP)))
 
 
-def val_bleu(translator: Translator, pairs: list[tuple[str, str]]) -> float:
-    "Greedy BLEU on `pairs`."
-    return round(bleu(translator.translate([de for de, _ in pairs], beam_size=1), [en for _, en in pairs])[0], 2)
+def val_bleu(translator: Translator) -> float:
+    "Greedy BLEU on val, as `choose_on_val` scores a run's candidates."
+    return round(evaluate_translator(translator, "val", beam_size=1)["bleu"], 2)
 
 
 def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVERAGE_LAST, seed: int = SEED) -> dict:
@@ -56,7 +54,6 @@ def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVE
     out.mkdir(parents=True, exist_ok=True)
     translator = Translator.from_checkpoint(shipped_model_dir())
     model, vocab = translator.model, translator.tgt_vocab
-    val = load_multi30k("val")
     encode = lambda codec, text: [BOS] + codec.encode_text(text) + [EOS]  # as TranslationData.encoded
     train_pairs = [(encode(translator.src_codec, de), encode(translator.tgt_codec, en)) for de, en in load_multi30k("train")]
     train_pairs = [(s, t) for s, t in train_pairs if max(len(s), len(t)) <= 100]
@@ -67,7 +64,7 @@ def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVE
     scheduler = LambdaLR(optimizer, lambda step: rate_factor(step, total))
     loss = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(vocab), PAD, RECIPE.smoothing)))
     files = vocabulary_texts(translator.src_vocab, translator.tgt_vocab)
-    history = [{"epoch": 0, "val_bleu": val_bleu(translator, val)}]
+    history = [{"epoch": 0, "val_bleu": val_bleu(translator)}]
     print(f"shipped model: val BLEU {history[0]['val_bleu']:.2f}", flush=True)
     for epoch in range(epochs):
         t0 = time.perf_counter()
@@ -76,7 +73,7 @@ def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVE
         train_loss, _ = train_epoch(batches(train_pairs, sampler), model, loss, optimizer, scheduler,
                                     precision=RECIPE.precision, progress=False)
         model.eval()
-        record = {"epoch": epoch + 1, "train_loss": round(train_loss, 4), "val_bleu": val_bleu(translator, val),
+        record = {"epoch": epoch + 1, "train_loss": round(train_loss, 4), "val_bleu": val_bleu(translator),
                   "lr": optimizer.param_groups[0]["lr"], "seconds": round(time.perf_counter() - t0, 1)}
         history.append(record)
         save_model(model, out / f"epoch_{epoch + 1:03d}", extra_config={"src_lang": "de", "tgt_lang": "en"}, files=files)
@@ -84,7 +81,7 @@ def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVE
     averages = {}
     for k in range(2, min(average_last, epochs) + 1):
         folder = average_checkpoints([out / f"epoch_{e:03d}" for e in range(epochs - k + 1, epochs + 1)], out / f"avg{k}")
-        averages[f"last {k}"] = val_bleu(Translator.from_checkpoint(folder), val)
+        averages[f"last {k}"] = val_bleu(Translator.from_checkpoint(folder))
         print(f"average of the last {k}: val BLEU {averages[f'last {k}']:.2f}", flush=True)
     result = {"lr": lr, "epochs": epochs, "warmup": WARMUP, "seed": seed, "history": history, "averages": averages,
               "torch": torch.__version__}
