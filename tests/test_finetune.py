@@ -42,3 +42,20 @@ def test_the_record_is_a_run_of_these_settings():
     assert (record["lr"], record["epochs"], record["warmup"], record["seed"]) == (LR, EPOCHS, WARMUP, SEED)
     assert [r["epoch"] for r in record["history"]] == list(range(EPOCHS + 1))  # epoch 0: the shipped weights
     assert list(record["averages"]) == [f"last {k}" for k in range(2, AVERAGE_LAST + 1)]
+
+
+def test_the_rate_of_each_recorded_epoch_is_the_schedule_over_the_planned_steps():
+    from annotated_transformer.data import TokenBucketSampler
+    from annotated_transformer.decoding import Translator, shipped_model_dir
+    from annotated_transformer.pretrained import RECIPE
+    from annotated_transformer.train import planned_steps
+    from finetune import training_pairs
+    record = json.loads((ROOT / "annotated_transformer" / "pretrained" / "finetune.json").read_text())
+    shipped = json.loads((shipped_model_dir() / "results.json").read_text())
+    assert record["history"][0]["val_bleu"] == shipped["val"]["beam_1"]["bleu"]  # it started from the shipped weights
+    pairs = training_pairs(Translator.from_checkpoint(shipped_model_dir(), "cpu"))
+    sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in pairs], record["max_tokens"], seed=record["seed"])
+    steps = planned_steps(sampler, record["epochs"])
+    done = [sum(steps[:epoch]) for epoch in range(1, record["epochs"] + 1)]  # optimizer steps at each epoch's end
+    for r, step in zip(record["history"][1:], done):
+        assert abs(r["lr"] - record["lr"] * rate_factor(step, sum(steps))) < 1e-12, (r, step)

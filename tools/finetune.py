@@ -3,7 +3,7 @@
 The shipped model is a student: it learned from its teachers' translations of the training German only
 (distill.json), never from Multi30k's own English. This script continues its training on Multi30k's 29,000 human
 pairs for a few epochs, with its own shared BPE vocabulary, a small learning rate that warms up for WARMUP steps
-and falls in a straight line to 0, the recipe's label smoothing, dropout, batches and bf16 autocast. It scores every
+and falls in a straight line to 0, the recipe's label smoothing, dropout and batches, and the student's precision (bf16). It scores every
 epoch, and the average of the last epochs, by greedy BLEU on the validation split; the test sets are not used.
 
     python tools/finetune.py run --runs-dir runs/finetune       # trains (once) and writes runs/finetune/results.json
@@ -24,7 +24,8 @@ from annotated_transformer.decoding import Translator, shipped_model_dir
 from annotated_transformer.evaluation import average_checkpoints, evaluate_translator
 from annotated_transformer.fast import FastLossCompute, resolve_precision, set_seed, speed_up, train_epoch
 from annotated_transformer.subwords import vocabulary_texts
-from annotated_transformer.pretrained import RECIPE, hardware
+from annotated_transformer.pretrained import RECIPE, STUDENT, hardware
+from annotated_transformer.train import planned_steps
 from annotated_transformer.training import LabelSmoothing
 
 LR = 2e-4  # the peak learning rate: about a quarter of the recipe's rate where its cooldown begins
@@ -42,6 +43,13 @@ def rate_factor(step: int,  # optimizer steps taken
     return min((step + 1) / WARMUP, max(0.0, (total - step) / (total - WARMUP)))
 
 
+def training_pairs(translator: Translator) -> list[tuple[list[int], list[int]]]:
+    "Multi30k's training pairs in the model's own vocabulary, each side <s> ... </s>, as `TranslationData.encoded` makes them."
+    encode = lambda codec, text: [BOS] + codec.encode_text(text) + [EOS]
+    pairs = [(encode(translator.src_codec, de), encode(translator.tgt_codec, en)) for de, en in load_multi30k("train")]
+    return [(s, t) for s, t in pairs if max(len(s), len(t)) <= 100]  # the longest pairs are dropped, as there
+
+
 def val_bleu(translator: Translator) -> float:
     "Greedy BLEU on val, as `choose_on_val` scores a run's candidates."
     return round(evaluate_translator(translator, "val", beam_size=1)["bleu"], 2)
@@ -54,11 +62,10 @@ def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVE
     out.mkdir(parents=True, exist_ok=True)
     translator = Translator.from_checkpoint(shipped_model_dir())
     model, vocab = translator.model, translator.tgt_vocab
-    encode = lambda codec, text: [BOS] + codec.encode_text(text) + [EOS]  # as TranslationData.encoded
-    train_pairs = [(encode(translator.src_codec, de), encode(translator.tgt_codec, en)) for de, en in load_multi30k("train")]
-    train_pairs = [(s, t) for s, t in train_pairs if max(len(s), len(t)) <= 100]
+    train_pairs = training_pairs(translator)
     sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in train_pairs], RECIPE.max_tokens, seed=seed)
-    total = sum(len(sampler) for _ in range(epochs))
+    total = sum(planned_steps(sampler, epochs))  # each epoch's shuffle cuts the batches anew
+    precision = resolve_precision(next(model.parameters()).device, STUDENT.precision)  # as the student trained
     set_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     scheduler = LambdaLR(optimizer, lambda step: rate_factor(step, total))
@@ -71,7 +78,7 @@ def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVE
         sampler.set_epoch(epoch)
         model.train()
         train_loss, _ = train_epoch(batches(train_pairs, sampler), model, loss, optimizer, scheduler,
-                                    precision=RECIPE.precision, progress=False)
+                                    precision=precision, progress=False)
         model.eval()
         record = {"epoch": epoch + 1, "train_loss": round(train_loss, 4), "val_bleu": val_bleu(translator),
                   "lr": optimizer.param_groups[0]["lr"], "seconds": round(time.perf_counter() - t0, 1)}
@@ -83,16 +90,17 @@ def run(out: Path, lr: float = LR, epochs: int = EPOCHS, average_last: int = AVE
         folder = average_checkpoints([out / f"epoch_{e:03d}" for e in range(epochs - k + 1, epochs + 1)], out / f"avg{k}")
         averages[f"last {k}"] = val_bleu(Translator.from_checkpoint(folder))
         print(f"average of the last {k}: val BLEU {averages[f'last {k}']:.2f}", flush=True)
-    result = {"lr": lr, "epochs": epochs, "warmup": WARMUP, "seed": seed, "history": history, "averages": averages,
-              "torch": torch.__version__}
+    result = {"lr": lr, "epochs": epochs, "warmup": WARMUP, "seed": seed, "smoothing": RECIPE.smoothing,
+              "max_tokens": RECIPE.max_tokens, "dropout": model.config.dropout, "precision": precision,
+              "history": history, "averages": averages, "torch": torch.__version__}
     write_json(out / "results.json", result)
     return result
 
 
 def collect(runs_dir: Path, out: Path) -> dict:
-    "The run's record, with the machine it ran on and what the recipe's precision picks there (collect where the run ran)."
+    "The run's record, with the machine it ran on (collect where the run ran)."
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences)", **json.loads((runs_dir / "results.json").read_text()),
-            "precision": resolve_precision(torch.device("cpu"), RECIPE.precision), "hardware": hardware()}
+            "hardware": hardware()}
 
 
 if __name__ == "__main__":

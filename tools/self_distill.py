@@ -22,7 +22,8 @@ from ablation import run_or_collect  # tools/ablation.py: the command line
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.decoding import shipped_model_dir  # noqa: E402 (the package of this checkout)
-from annotated_transformer.pretrained import (STUDENT, distill_corpus, hardware, train_and_choose)  # noqa: E402
+from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, STUDENT, averaged_candidate,  # noqa: E402
+                                              choose_on_val, distill_corpus, hardware, train_and_choose)
 
 OUT = ROOT / "annotated_transformer" / "pretrained" / "self_distill.json"
 
@@ -39,17 +40,20 @@ def run(runs_dir: Path) -> dict:
 
 
 def collect(runs_dir: Path, out: Path) -> dict:
+    "The finished run's candidates scored on val, its history, and the teacher as the corpus's seal names it."
     teacher = json.loads((shipped_model_dir() / "results.json").read_text())
-    chosen = run(runs_dir)  # trained already: scores the candidates again
-    history = [json.loads(line) for line in (runs_dir / "student" / "history.jsonl").read_text().splitlines()]
+    run_dir = runs_dir / "student"
+    _, scores = choose_on_val({BEST_CANDIDATE: run_dir / "best", averaged_candidate(): run_dir / f"avg{AVERAGE_LAST}"})
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    seal = json.loads((runs_dir / "corpus" / "teachers.json").read_text())  # the teacher's weights' SHA-256, its beam
     settings = asdict(student(runs_dir))
-    result = {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
-              "teacher": {"model": "the shipped model", "val_bleu_greedy": teacher["val"]["beam_1"]["bleu"]},
-              "student": {**{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
-                          "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
-                          "candidates_val_bleu_greedy": chosen["candidates_val_bleu_greedy"], "history": history},
-              "hardware": hardware(), "torch": torch.__version__}
-    return result
+    return {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
+            "teacher": {"model": "the shipped model", "val_bleu_greedy": teacher["val"]["beam_1"]["bleu"],
+                        "sha256": list(seal["teachers"].values()), "beam_size": seal["beam_size"]},
+            "student": {**{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
+                        "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
+                        "candidates_val_bleu_greedy": scores, "history": history},
+            "hardware": hardware(), "torch": torch.__version__}
 
 
 if __name__ == "__main__":
