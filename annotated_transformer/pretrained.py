@@ -1,4 +1,4 @@
-"""The translation system of the earlier chapters, trained for real: the recipe, the distilled model that ships, what it cost, its test2016 BLEU with greedy decoding and beam search, experiments (training length, width, an ablation, bf16 against fp32, distillation, fine-tuning the student on the references, a second round of distillation, post-norm against pre-norm, the length penalty), translations, a trained model's attention, and `load_trained_model()`.
+"""The translation system of the earlier chapters, trained for real: the recipe, the distilled model that ships, what it cost, its test2016 BLEU with greedy decoding and beam search, experiments (training length, width, an ablation, bf16 against fp32, distillation, post-norm against pre-norm, the length penalty), translations, a trained model's attention, and `load_trained_model()`.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.html.md"""
 
