@@ -1,5 +1,5 @@
-"""tools/finetune.py and tools/self_distill.py, the two ways chapter 14 spends more training on the shipped student:
-the fine-tuning's schedule, a finished run kept as it is, and a second-round student that is `STUDENT` but for its
+"""tools/finetune.py and tools/self_distill.py, two ways to spend more training on the shipped student: the
+fine-tuning's schedule, a finished run kept as it is, and a second-round student that is `STUDENT` but for its
 folders."""
 import json
 import sys
@@ -47,7 +47,6 @@ def test_the_record_is_a_run_of_these_settings():
 def test_the_rate_of_each_recorded_epoch_is_the_schedule_over_the_planned_steps():
     from annotated_transformer.data import TokenBucketSampler
     from annotated_transformer.decoding import Translator, shipped_model_dir
-    from annotated_transformer.pretrained import RECIPE
     from annotated_transformer.train import planned_steps
     from finetune import training_pairs
     record = json.loads((ROOT / "annotated_transformer" / "pretrained" / "finetune.json").read_text())

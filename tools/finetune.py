@@ -19,11 +19,11 @@ from torch.optim.lr_scheduler import LambdaLR
 from ablation import run_or_collect, write_json  # tools/ablation.py: the command line, JSON written atomically
 
 from annotated_transformer.checkpoint import save_model
-from annotated_transformer.data import BOS, EOS, PAD, TokenBucketSampler, batches, load_multi30k
+from annotated_transformer.data import PAD, TokenBucketSampler, batches
 from annotated_transformer.decoding import Translator, shipped_model_dir
 from annotated_transformer.evaluation import average_checkpoints, evaluate_translator
 from annotated_transformer.fast import FastLossCompute, resolve_precision, set_seed, speed_up, train_epoch
-from annotated_transformer.subwords import vocabulary_texts
+from annotated_transformer.subwords import TranslationData, vocabulary_texts
 from annotated_transformer.pretrained import RECIPE, STUDENT, hardware
 from annotated_transformer.train import planned_steps
 from annotated_transformer.training import LabelSmoothing
@@ -44,10 +44,8 @@ def rate_factor(step: int,  # optimizer steps taken
 
 
 def training_pairs(translator: Translator) -> list[tuple[list[int], list[int]]]:
-    "Multi30k's training pairs in the model's own vocabulary, each side <s> ... </s>, as `TranslationData.encoded` makes them."
-    encode = lambda codec, text: [BOS] + codec.encode_text(text) + [EOS]
-    pairs = [(encode(translator.src_codec, de), encode(translator.tgt_codec, en)) for de, en in load_multi30k("train")]
-    return [(s, t) for s, t in pairs if max(len(s), len(t)) <= 100]  # the longest pairs are dropped, as there
+    "Multi30k's training pairs encoded with the model's own vocabulary, as a training run encodes them."
+    return TranslationData(src_vocab=translator.src_vocab, tgt_vocab=translator.tgt_vocab, progress=False).encoded("train")
 
 
 def val_bleu(translator: Translator) -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ablation import run_or_collect  # tools/ablation.py: the command line
+from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -44,7 +44,6 @@ def collect(runs_dir: Path, out: Path) -> dict:
     teacher = json.loads((shipped_model_dir() / "results.json").read_text())
     run_dir = runs_dir / "student"
     _, scores = choose_on_val({BEST_CANDIDATE: run_dir / "best", averaged_candidate(): run_dir / f"avg{AVERAGE_LAST}"})
-    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
     seal = json.loads((runs_dir / "corpus" / "teachers.json").read_text())  # the teacher's weights' SHA-256, its beam
     settings = asdict(student(runs_dir))
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences)",
@@ -52,7 +51,7 @@ def collect(runs_dir: Path, out: Path) -> dict:
                         "sha256": list(seal["teachers"].values()), "beam_size": seal["beam_size"]},
             "student": {**{k: settings[k] for k in ("epochs", "cooldown", "warmup", "seed", "precision", "subwords")},
                         "model": {k: settings["model"][k] for k in ("N", "d_model", "d_ff", "h", "dropout")},
-                        "candidates_val_bleu_greedy": scores, "history": history},
+                        "candidates_val_bleu_greedy": scores, "history": finished(run_dir)},
             "hardware": hardware(), "torch": torch.__version__}
 
 
