@@ -1,4 +1,4 @@
-"""The translation system of the earlier chapters, trained for real: the recipe, the distilled model that ships, what it cost, its test2016 BLEU with greedy decoding and beam search, experiments (training length, width, an ablation, bf16 against fp32, distillation, post-norm against pre-norm, the length penalty), translations, a trained model's attention, and `load_trained_model()`.
+"""The translation system of the earlier chapters, trained for real: the recipe, the distilled model that ships, what it cost, its test2016 BLEU with greedy decoding and beam search, translations, a trained model's attention, and `load_trained_model()`.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.html.md"""
 
@@ -7,8 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.h
 # %% auto #0
 __all__ = ['RECIPE', 'AVERAGE_LAST', 'BEST_CANDIDATE', 'TEACHERS', 'STUDENT', 'averaged_candidate', 'hardware',
            'export_pretrained', 'measure_bleu', 'choose_on_val', 'train_and_choose', 'build_pretrained',
-           'load_trained_model', 'Ensemble', 'load_ensemble', 'write_lines', 'distill_corpus', 'build_distilled',
-           'seed_runs', 'spread_between_runs']
+           'load_trained_model', 'Ensemble', 'load_ensemble', 'write_lines', 'distill_corpus', 'build_distilled']
 
 # %% ../nbs/14_pretrained.ipynb #1f64a127
 import hashlib
@@ -281,29 +280,3 @@ def build_distilled(out: str | Path | None = None,  # where to write the model (
                                  "train_hours": _train_hours(_history(Path(teacher.out_dir)))}
     distill_corpus(teacher_dirs, STUDENT.corpus_dir, data_dir, device, teacher_beam)  # 2. the ensemble translates the training German
     return build_pretrained(STUDENT, out, data_dir, device=device, teacher_records=teacher_records)  # 3. the student, shipped as any run
-
-# %% ../nbs/14_pretrained.ipynb #726456be
-def seed_runs(precision: dict,  # the contents of precision.json
-              ) -> list[dict]:  # the comparisons `recipe`, `recipe_seed1`, `recipe_seed2`, ... by seed
-    "The runs of the recipe in precision.json, one per seed (seed 0's beside its fp32 run)."
-    return sorted((pair for name, pair in precision.items() if name == "recipe" or name.startswith("recipe_seed")),
-                  key=lambda pair: pair["seed"])
-
-def spread_between_runs(folder: str | Path | None = None,  # the experiment records (default: the package's pretrained/ folder)
-                        ) -> dict[str, float]:  # BLEU on val between two runs of one recipe, by what differed
-    "How far apart two runs of one recipe land on val: with the seed held on two CPUs, and across seeds on one CPU."
-    folder = Path(folder) if folder else shipped_model_dir().parent
-    read = lambda name: json.loads((folder / name).read_text())
-    fourteen, longer, precision = read("results_14_epochs.json"), read("longer.json"), read("precision.json")
-    # the 14-epoch recipe's last epochs averaged: in the model it shipped, and in the same settings and seed run again
-    again = next(run for run in longer["runs"]
-                 if not run["continues"] and run["dropout"] == fourteen["recipe"]["model"]["dropout"])
-    redone = next(r for r in again[f"average_of_last_{AVERAGE_LAST}"] if r["epoch"] == fourteen["epochs"])
-    gaps = {"same seed, two CPUs": abs(redone["val_bleu"] - fourteen["candidates_val_bleu_greedy"][averaged_candidate()])}
-    # the recipe in bf16, one run per seed: the better of each run's two candidates, as build_pretrained picks
-    seeds = seed_runs(precision)
-    if len(seeds) > 1:
-        better = [max(pair["candidates_val_bleu_greedy"]["bf16"].values()) for pair in seeds]
-        gaps["other seeds, one CPU"] = max(better) - min(better)
-    return {what: round(gap, 2) for what, gap in gaps.items()}
-

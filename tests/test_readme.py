@@ -30,7 +30,7 @@ SKIP = {
 # text a reader sees in these files speaks about the project, not about how it was made
 USER_TEXT = [ROOT / "README.md", *(ROOT / "docs" / f"{page}.md" for page in PAGES),
              *(ROOT / "nbs" / f"{nb}.ipynb" for nb in ("index", "08_copy_task", "10_data", "10a_subwords", "12_evaluation",
-                                                       "14_pretrained", "90_cli"))]
+                                                       "14_pretrained", "14a_experiments", "90_cli"))]
 HISTORY = re.compile(r"old model|old recipe|previous (shipped )?model|goal set|no GPU was|was lent|this session|"
                      r"development machine|not measured yet", re.I)
 
@@ -181,7 +181,7 @@ def markdown_outputs(outputs) -> list[str]:
 
 def test_there_are_rendered_numbers():
     names = {p.values[0].stem for p in rendering_cells()}
-    assert {"index", "14_pretrained"} <= names, names
+    assert {"index", "14_pretrained", "14a_experiments"} <= names, names
 
 
 @pytest.mark.parametrize("notebook, index", list(rendering_cells()))

@@ -133,7 +133,7 @@ LINE_STATS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("name", ["05_training.html", "10_data.html", "13_train.html", "14_pretrained.html"])
+@pytest.mark.parametrize("name", ["05_training.html", "10_data.html", "13_train.html", "14_pretrained.html", "14a_experiments.html"])
 def test_prose_lines_are_65_to_85_characters_at_1280(site_url, browser, name):
     with opened(browser, "1280x800", name, site_url) as page:
         per_line = page.evaluate(LINE_STATS)
@@ -179,7 +179,7 @@ WORDS_ON_TWO_LINES = """sel => {
 def test_no_word_is_broken_across_lines(site_url, browser, screen):
     "Tables and text break between words, never inside one (no 'pa/pe/r', no 'introd uction')."
     with opened(browser, screen) as page:
-        for name in ["paper_map.html", "index.html", "01_attention.html", "05_training.html", "14_pretrained.html"]:
+        for name in ["paper_map.html", "index.html", "01_attention.html", "05_training.html", "14_pretrained.html", "14a_experiments.html"]:
             page.goto(site_url + name, wait_until="networkidle")
             broken = page.evaluate(WORDS_ON_TWO_LINES, "article.bd-article table, article.bd-article p, article.bd-article li")
             assert not broken, f"{name} at {screen}: words split across lines: {broken[:8]}"
@@ -261,7 +261,7 @@ def test_search_ranks_the_concepts_own_section_first_with_readable_snippets(site
 
 # --- charts -----------------------------------------------------------------------------------------------------
 
-CHART_PAGES = [p for p in ("02_layers.html", "03_model.html", "05_training.html", "09_viz.html", "14_pretrained.html")]
+CHART_PAGES = [p for p in ("02_layers.html", "03_model.html", "05_training.html", "09_viz.html", "14_pretrained.html", "14a_experiments.html")]
 
 CHART_BOXES = """() => [...document.querySelectorAll('[id^="altair-viz-"]')].map(el => {
   const col = el.getBoundingClientRect(), svg = el.querySelector('svg');

@@ -51,7 +51,8 @@ sys.path.insert(0, str(ROOT))
 from annotated_transformer.data import load_multi30k  # noqa: E402 (the package of this checkout)
 from annotated_transformer.evaluation import bleu  # noqa: E402
 from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, RECIPE, _sealed, averaged_candidate,  # noqa: E402
-                                              distill_corpus, hardware, load_ensemble, seed_runs, write_lines)
+                                              distill_corpus, hardware, load_ensemble, write_lines)
+from annotated_transformer.experiments import seed_runs  # noqa: E402
 from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT, TEACHERS  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 

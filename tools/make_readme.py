@@ -84,7 +84,7 @@ def render(notebook: Path = INDEX) -> str:
     text = "\n\n".join(m.strip("\n") for m in map(cell_markdown, cells) if m and m.strip())
     text = SVG.sub(FIGURE, text)
     site = site_url()
-    text = LIVE_BOX.sub(f"[Open the documentation site]({site}) to try it: the box is on its home page.", text)
+    text = LIVE_BOX.sub(f"[Try it on the site's home page]({site}).", text)
     text = SITE_LINK.sub(lambda m: f"]({site}{m[1]}.html{m[3] or ''})", text)
     return HEADER + "\n" + text + "\n"
 
