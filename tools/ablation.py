@@ -1,4 +1,4 @@
-"""The ablation of the trained-model chapter: word vs subword vocabularies, tied vs untied embeddings, two dropouts.
+"""The ablation of nbs/14a_experiments.ipynb: word vs subword vocabularies, tied vs untied embeddings, two dropouts.
 
 Every run has the shipped model's shape and schedule (N=3, d_model=256, d_ff=1024, h=8, 2,500 tokens per batch,
 800 warmup steps, label smoothing 0.1, seed 0) and differs from the others in one setting at a time. The runs

@@ -30,7 +30,7 @@ translations instead:
    question is whether a wider student keeps more of the ensemble.
 5. `collect` scores the teachers, the ensemble (greedy and beam 4) and each student's candidates on val, as
    `build_pretrained` scores candidates, and writes annotated_transformer/pretrained/distill.json, which the
-   trained-model chapter reads. The test sets are not used.
+   experiments chapter (nbs/14a_experiments.ipynb) reads. The test sets are not used.
 
     python tools/distill.py run --runs-dir runs/distill      # teaches (once), then trains the students (resumes)
     python tools/distill.py collect --runs-dir runs/distill  # writes annotated_transformer/pretrained/distill.json

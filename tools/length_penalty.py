@@ -6,7 +6,7 @@ Beam search ranks finished hypotheses by their summed log-probability divided by
 lets longer ones win. This script decodes the validation split and test2016 with beam 4 for each alpha in
 ALPHAS and writes, for each, the sacreBLEU score and the ratio of output length to reference length (the
 brevity penalty of BLEU starts below 1) into annotated_transformer/pretrained/length_penalty.json, which
-the trained-model chapter reads.
+the experiments chapter (nbs/14a_experiments.ipynb) reads.
 
 The default is chosen on val only: the paper's 0.6 stays unless another alpha beats it on val by more
 than MARGIN BLEU, set a little above the distance between two training runs of one recipe that the trained-model

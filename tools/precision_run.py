@@ -15,7 +15,7 @@ The learning-rate schedule depends on the step only, and the batches on the seed
 runs of a pair saw the same batches in the same order at the same learning rate: the two columns differ by the
 precision (and by the machine's kernels). Each bf16 run's candidates for a shipped model (its best epoch, and its last
 AVERAGE_LAST epoch checkpoints averaged) are scored on val as `build_pretrained` scores them; the test sets are not
-used. The comparisons go into annotated_transformer/pretrained/precision.json, which the trained-model chapter reads,
+used. The comparisons go into annotated_transformer/pretrained/precision.json, which nbs/14a_experiments.ipynb reads,
 each once its bf16 run has finished; one whose run is not there keeps what the file already holds for it.
 
     python tools/precision_run.py run --runs-dir runs/precision      # trains the runs precision.json lacks (resumes)

@@ -1,6 +1,6 @@
 """Did the recipe train as well on this GPU as on the CPU? Step 1 of tools/gpu_check.sh runs the `#| slow` cell of
 the training chapter, which trains `RECIPE` into runs/multi30k; this prints that run's epochs and compares its best
-validation BLEU with the best epochs of the recipe's CPU runs (precision.json of the trained-model chapter).
+validation BLEU with the best epochs of the recipe's CPU runs (precision.json, read by nbs/14a_experiments.ipynb).
 
     python tools/recipe_on_gpu.py [runs/multi30k/history.jsonl]
 
