@@ -118,7 +118,7 @@ CHECKS = {**{name: at_least(1) for name in ("epochs", "warmup", "max_tokens", "a
           "dropout": number_in(0, 1, high_open=True), "smoothing": number_in(0, 1, high_open=True),
           "factor": number_in(1e-12), "max_grad_norm": number_in(1e-12), "precision": one_of(PRECISIONS),
           "preset": one_of(tuple(PRESETS)), "data_dir": folder, "corpus_dir": folder, "val_bleu_sentences": at_least(0),
-          "cooldown": at_least(0),
+          "cooldown": at_least(0), "rdrop": number_in(0),
           "subwords": at_least(0, SIZE_LIMITS["src_vocab"])}
 
 # %% ../nbs/90_cli.ipynb #ec8420d7

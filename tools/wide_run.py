@@ -61,16 +61,19 @@ def precision(records: list[dict], cfg: TrainConfig) -> str:
     return logged.pop()
 
 
-def collect(runs_dir: Path, out: Path = OUT) -> dict:
-    """Each wide run's per-epoch scores and averaged-checkpoint curve on val, its size in float16. A run already in
+def collect(runs_dir: Path, out: Path = OUT,
+            configs: tuple = RUNS,  # the runs to read: their out_dir under runs_dir
+            script: str = "tools/wide_run.py",  # the script that trains them (named when one is unfinished)
+            ) -> dict:
+    """Each run's per-epoch scores and averaged-checkpoint curve on val, its size in float16. A run already in
     `out` with the same history keeps its curve: the averaging and greedy decoding are deterministic."""
     before = {r["name"]: r for r in json.loads(out.read_text())["runs"]} if out.exists() else {}
     runs = []
-    for cfg in RUNS:
+    for cfg in configs:
         folder = runs_dir / cfg.out_dir
         records = finished(folder)
         if len(records) < cfg.epochs:
-            raise SystemExit(f"{folder} has {len(records)} of {cfg.epochs} epochs: run `python tools/wide_run.py run` first")
+            raise SystemExit(f"{folder} has {len(records)} of {cfg.epochs} epochs: run `python {script} run` first")
         model = build_model(model_config(folder / "last"))  # the run's architecture; its weights are not read
         parameters = sum(p.numel() for p in model.parameters())  # the tied matrix once
         history = [{k: r[k] for k in KEEP} for r in records]
