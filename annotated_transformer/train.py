@@ -60,7 +60,7 @@ class TrainConfig:
     warmup: int = 1500  # warmup steps of the schedule
     factor: float = 1.0  # scale of the schedule
     smoothing: float = 0.1  # label smoothing
-    rdrop: float = 0.0  # R-Drop: weight alpha of the KL between two dropout passes of each batch (0: off); a step costs about twice as much
+    rdrop: float = 0.0  # R-Drop: weight alpha of the KL between two dropout passes of each batch (0: off); each step runs the model on twice the rows
     max_grad_norm: float | None = None  # gradient clipping
     precision: str = "auto"  # auto, fp32, bf16, fp16
     seed: int = 0  # seed of model, data order and dropout

@@ -211,6 +211,22 @@ def test_phone_equations_and_tables_fit_or_scroll_with_a_cue(site_url, browser, 
             assert cue in ("none", "normal"), f"{name}: the scroll cue stays after scrolling to the end"
 
 
+@pytest.mark.parametrize("name", ["01_attention.html", "13_train.html"])
+def test_laptop_centres_the_display_equations_that_fit(site_url, browser, name):
+    "A display equation narrower than its column sits in the column's middle, not at one of its edges."
+    with opened(browser, "1280x800", name, site_url) as page:
+        page.wait_for_timeout(500)  # MathJax typesets after load
+        shifts = page.evaluate("""() => [...document.querySelectorAll("article div.math")].map(block => {
+            const eq = block.querySelector("mjx-container[display='true'] mjx-math");
+            if (!eq || eq.getBoundingClientRect().width > block.getBoundingClientRect().width - 40) return null;  // fills it
+            const b = block.getBoundingClientRect(), e = eq.getBoundingClientRect();
+            return Math.round((e.left + e.right) / 2 - (b.left + b.right) / 2);
+        }).filter(s => s !== null)""")
+        assert shifts, f"{name}: no display equation narrower than its column"
+        off = [s for s in shifts if abs(s) > 25]  # the equation's link icon takes a little of the row
+        assert not off, f"{name}: display equations off the column's centre by {off} px"
+
+
 def test_copy_button_copies_the_code(site_url, browser):
     with opened(browser, "1280x800", "01_attention.html", site_url, permissions=["clipboard-read", "clipboard-write"]) as page:
         block = page.locator("div.cell_input div.highlight").first
