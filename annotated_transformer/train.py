@@ -293,7 +293,8 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the setting
         print(message)
     if not ((out / "last").exists() and saved.exists()):
         return None
-    before, now = _comparable(json.loads(saved.read_text())), _comparable(asdict(cfg))
+    # a field added after the run was saved (rdrop, say) trained with its default: compare that, not nothing
+    before, now = _comparable({**asdict(TrainConfig()), **json.loads(saved.read_text())}), _comparable(asdict(cfg))
     changed = {k for k in before if k not in ("epochs", "cooldown", "max_steps") and before[k] != now.get(k)}
     if changed:
         raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "

@@ -16,3 +16,24 @@ def test_only_rdrop_differs_from_the_recipe():
     assert {k for k in recipe if recipe[k] != rdrop[k]} == {"rdrop", "out_dir"}
     assert RECIPE.rdrop == 0 and RDROP.rdrop == 5.0
     assert RUNS == (RDROP,)
+
+
+def test_an_rdrop_run_is_not_the_recipe_and_an_older_run_still_is():
+    import recipe_on_gpu  # tools/recipe_on_gpu.py: judges a run of the recipe made elsewhere
+    older = {k: v for k, v in asdict(RECIPE).items() if k != "rdrop"}  # a train_config.json from before the setting
+    assert recipe_on_gpu.not_the_recipe(older) == []
+    assert recipe_on_gpu.not_the_recipe(asdict(RDROP)) == ["rdrop"]
+
+
+def test_collect_refuses_a_folder_trained_with_other_settings(tmp_path):
+    import json
+    from dataclasses import replace
+    import pytest
+    from rdrop_run import collect
+    folder = tmp_path / RDROP.out_dir
+    folder.mkdir()
+    (folder / "history.jsonl").write_text("".join(json.dumps({"epoch": e}) + "\n" for e in range(1, RDROP.epochs + 1)))
+    (folder / "train_config.json").write_text(json.dumps(asdict(replace(RDROP, rdrop=1.0))))
+    with pytest.raises(SystemExit, match=r"trained with other settings \(rdrop\)"):
+        collect(tmp_path, tmp_path / "rdrop.json")
+    assert not (tmp_path / "rdrop.json").exists()

@@ -1,12 +1,13 @@
 """The recipe with R-Drop: two dropout passes of every batch pulled together, on val, against the recipe's own runs.
 
 R-Drop (Liang et al., 2021; `TrainConfig.rdrop`, chapter 13) adds to the loss alpha/2 times the symmetric KL divergence
-between two passes of each batch under independent dropout masks. It is a regularizer, and Multi30k's 29,000 pairs
-are where a 7.6M-parameter model needs one most: the recipe's dropout and label smoothing are all it has. RDROP is
+between two passes of each batch under independent dropout masks: a regularizer, where the recipe has only dropout
+and label smoothing for its 29,000 training pairs. RDROP is
 the shipped recipe (`RECIPE`: N=3, d_model 256, d_ff 1024, 8 heads, dropout 0.2, 38 epochs whose last 8 cool down,
 seed 0, precision "auto", which picks bf16 on a CPU with bf16 matrix units) with one change, rdrop=5, Liang et al.'s
 alpha for translation. Seed 0 gives it the batches, in the same order, of the recipe's bf16 seed-0 run (precision.json),
-so the two compare epoch by epoch; each of its steps costs about two of the recipe's. Like tools/wide_run.py, this
+so the two compare epoch by epoch; each of its steps runs the model on twice the rows (the records' tokens_per_s
+count both passes, so compare the runs' seconds per epoch instead). Like tools/wide_run.py, this
 script scores every average of AVERAGE_LAST consecutive epoch checkpoints by greedy BLEU on the validation split, the
 way `build_pretrained` makes its averaged candidate. The test sets are not used.
 

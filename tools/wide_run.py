@@ -74,6 +74,10 @@ def collect(runs_dir: Path, out: Path = OUT,
         records = finished(folder)
         if len(records) < cfg.epochs:
             raise SystemExit(f"{folder} has {len(records)} of {cfg.epochs} epochs: run `python {script} run` first")
+        saved = TrainConfig(**json.loads((folder / "train_config.json").read_text()))  # a setting added since: its default
+        differ = sorted(k for k, v in asdict(cfg).items() if k not in ("out_dir", "data_dir") and asdict(saved)[k] != v)
+        if differ:
+            raise SystemExit(f"{folder} was trained with other settings ({', '.join(differ)}): give it a folder of its own")
         model = build_model(model_config(folder / "last"))  # the run's architecture; its weights are not read
         parameters = sum(p.numel() for p in model.parameters())  # the tied matrix once
         history = [{k: r[k] for k in KEEP} for r in records]
@@ -81,7 +85,8 @@ def collect(runs_dir: Path, out: Path = OUT,
         curve = kept[AVERAGED] if kept.get("history") == history else averaged_curve(folder, len(records))
         runs.append({"name": cfg.out_dir, "model": asdict(cfg.model), "parameters": parameters,
                      "float16_megabytes": round(2 * parameters / 1e6, 1), "epochs": len(records),
-                     "cooldown": cfg.cooldown, "precision": precision(records, cfg), "history": history, AVERAGED: curve})
+                     "cooldown": cfg.cooldown, "rdrop": cfg.rdrop, "precision": precision(records, cfg), "history": history,
+                     AVERAGED: curve})
     return {"metric": "greedy sacreBLEU on the val split (1,014 sentences), after each epoch", "average_last": AVERAGE_LAST,
             "hardware": hardware(), "torch": torch.__version__, "runs": runs}
 
