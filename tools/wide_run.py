@@ -74,8 +74,8 @@ def collect(runs_dir: Path, out: Path = OUT,
         records = finished(folder)
         if len(records) < cfg.epochs:
             raise SystemExit(f"{folder} has {len(records)} of {cfg.epochs} epochs: run `python {script} run` first")
-        saved = TrainConfig(**json.loads((folder / "train_config.json").read_text()))  # a setting added since: its default
-        differ = sorted(k for k, v in asdict(cfg).items() if k not in ("out_dir", "data_dir") and asdict(saved)[k] != v)
+        saved = asdict(TrainConfig(**json.loads((folder / "train_config.json").read_text())))  # a setting added since: its default
+        differ = sorted(k for k, v in asdict(cfg).items() if k not in ("out_dir", "data_dir") and saved[k] != v)
         if differ:
             raise SystemExit(f"{folder} was trained with other settings ({', '.join(differ)}): give it a folder of its own")
         model = build_model(model_config(folder / "last"))  # the run's architecture; its weights are not read
