@@ -194,6 +194,56 @@ def test_the_whole_compiled_run_figures_in_the_docs_come_from_its_files():
     assert "small model trained compiled for six epochs" in text
 
 
+def test_the_eager_gpu_run_figures_in_the_docs_come_from_its_files(tmp_path):
+    """docs/gpu.md's account of the recipe trained eagerly on an H100 (the slow cell of chapter 13): the judge passes the
+    run as saved, and every figure is read from its log, its epochs and the CPU's bf16 run with the same seed."""
+    import json, shutil, statistics
+    gpu = ROOT / "benchmarks" / "gpu_h100"
+    history = [json.loads(line) for line in (gpu / "train_eager_history.jsonl").read_text().splitlines()]
+    log = (gpu / "train_eager_log.txt").read_text()
+    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())  # line breaks read as spaces
+    # the run as it came back from the GPU, judged again here: a finished run of RECIPE that passes
+    shutil.copy(gpu / "train_eager_history.jsonl", tmp_path / "history.jsonl")
+    shutil.copy(gpu / "train_eager_config.json", tmp_path / "train_config.json")
+    judged = subprocess.run([sys.executable, str(ROOT / "tools" / "recipe_on_gpu.py"), str(tmp_path / "history.jsonl")],
+                            capture_output=True, text=True, timeout=60)
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    verdict = judged.stdout.strip().splitlines()[-1]
+    assert verdict in log  # the log's last line is the judge's verdict on the GPU, the same as here
+    best = cpu_best_epochs()
+    best_gpu = max(r["val_bleu"] for r in history)
+    assert f"best validation BLEU {best_gpu} in 38 epochs" in verdict
+    date, gpu_name, torch_version = re.findall(r"^date +(\S+) .*\ndevice +NVIDIA (\w+) .*; torch (\d+\.\d+)", log, re.M)[0]
+    assert f"That run was made on an {gpu_name} with torch {torch_version} on {date}." in text
+    assert 'train(replace(RECIPE, out_dir="runs/multi30k"))' in log and "precision bf16" in log
+    cpu = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())["recipe"]["bf16"]["history"]
+    pairs = list(zip(history, cpu))
+    assert [g["epoch"] for g in history] == [c["epoch"] for c in cpu] == list(range(1, 39))
+    train_gap = max(abs(g["train_loss"] - c["train_loss"]) for g, c in pairs[2:])
+    val_gap = max(abs(g["val_loss"] - c["val_loss"]) for g, c in pairs[2:])
+    mean_val = statistics.mean(g["val_loss"] - c["val_loss"] for g, c in pairs)
+    (total,) = re.findall(r"^(\d+) s in all$", log, re.M)
+    gpu_tok_s = statistics.median(r["tokens_per_s"] for r in history)
+    cpu_tok_s = statistics.median(r["tokens_per_s"] for r in cpu)
+    last_gpu, last_cpu = history[-1], cpu[-1]
+    for figure in (f"Its best epoch scored {best_gpu} validation BLEU (greedy), where the check asks at least {min(best) - MARGIN:.2f}",
+                   f"the four CPU runs of the recipe scored {min(best)} to {max(best)}",
+                   f"from epoch 3 on the training loss stayed within {train_gap:.3f} and the validation loss within {val_gap:.3f}",
+                   f"the validation loss was on average {-mean_val:.4f} lower on the GPU",
+                   f"with validation loss {last_gpu['val_loss']:.3f} here and {last_cpu['val_loss']:.3f} on the CPU, it scored "
+                   f"{last_gpu['val_bleu']} here and {last_cpu['val_bleu']} on the CPU",
+                   f"a median of {gpu_tok_s:,.0f} target tokens/s, {gpu_tok_s / cpu_tok_s:.1f} times the CPU run's {cpu_tok_s:,.0f}",
+                   f"The 38 epochs took {sum(r['seconds'] for r in history):.0f} s (training and validation loss), and the whole "
+                   f"command {total} s"):
+        assert figure in text, figure
+    assert mean_val < 0
+    for epoch in (1, 5, 10, 20, 30, 38):
+        g, c = history[epoch - 1], cpu[epoch - 1]
+        row = (f"| {epoch} | {g['train_loss']:.3f} | {c['train_loss']:.3f} | {g['val_loss']:.3f} | {c['val_loss']:.3f} "
+               f"| {g['val_bleu']} | {c['val_bleu']} |")
+        assert row in text, row
+
+
 def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
     """Step 1's judge (tools/recipe_on_gpu.py) fails the compiled H100 run (40.12), passes the CPU's own bf16 run, and says
     in one line (exit 2) when the folder holds no finished run of the recipe."""
