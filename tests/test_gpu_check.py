@@ -244,6 +244,24 @@ def test_the_eager_gpu_run_figures_in_the_docs_come_from_its_files(tmp_path):
         assert row in text, row
 
 
+def test_the_rdrop_figures_on_a_gpu_in_the_docs_come_from_its_log():
+    "docs/gpu.md's R-Drop runs on an H100: three runs of two epochs, each finished, lowering the loss, seconds as logged."
+    log = (ROOT / "benchmarks" / "gpu_h100" / "rdrop_on_cuda.txt").read_text()
+    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    gpu_name, torch_version = re.match(r"NVIDIA (\w+) .* (\d+\.\d+)\.\d+\+", log).groups()
+    assert f"R-Drop (`--rdrop`, [training](13_train.ipynb)) ran on an {gpu_name} with torch {torch_version}" in text
+    seconds = {}
+    for run in re.finditer(r"^== train .*?(--precision \w+ --rdrop \d+)\n(.*?)^exit (\d+)$", log, re.M | re.S):
+        settings, body, status = run.groups()
+        assert status == "0", settings
+        val_loss = [float(v) for v in re.findall(r"val loss ([\d.]+)", body)]
+        assert len(val_loss) == 2 and val_loss[1] < val_loss[0], settings
+        seconds[settings] = sum(int(s) for s in re.findall(r"  (\d+)s  \(log", body))
+    assert len(seconds) == 3
+    assert (f"The two epochs took {seconds['--precision bf16 --rdrop 0']} s plain, {seconds['--precision bf16 --rdrop 5']} s "
+            f"with R-Drop in bf16 and {seconds['--precision fp16 --rdrop 5']} s in fp16") in text
+
+
 def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
     """Step 1's judge (tools/recipe_on_gpu.py) fails the compiled H100 run (40.12), passes the CPU's own bf16 run, and says
     in one line (exit 2) when the folder holds no finished run of the recipe."""
