@@ -16,10 +16,28 @@ from recipe_on_gpu import MARGIN, cpu_best_epochs  # noqa: E402  (tools/: what s
 from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables are written)
 
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
+GPU_RUNS = ROOT / "benchmarks" / "gpu_h100"  # the logs and epochs of the runs made on H100 machines
 
 
 def run(*args):
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd="/")
+
+
+def gpu_page() -> str:
+    "docs/gpu.md with its line breaks read as spaces, so a figure is found wherever its sentence wraps."
+    return " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+
+
+def epochs_of(name: str) -> list[dict]:
+    "The records of a run's history.jsonl kept in benchmarks/gpu_h100/, one per epoch."
+    import json
+    return [json.loads(line) for line in (GPU_RUNS / name).read_text().splitlines()]
+
+
+def judge_run(log: Path) -> subprocess.CompletedProcess:
+    "Step 1's judge, tools/recipe_on_gpu.py, on the run whose history.jsonl is `log`."
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "recipe_on_gpu.py"), str(log)],
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_script_parses():
@@ -123,7 +141,7 @@ def test_the_compiled_step_figures_in_the_docs_come_from_the_check_log():
     eager, compiled = rows["fast"][0], rows["fast+compile"][0]
     extra = warmup["fast+compile"] - warmup["fast"]  # seconds the compiled run's warm-up costs beyond the eager one's
     catch_up = extra / (1 / eager - 1 / compiled)  # target tokens after which the compiled run is ahead
-    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())  # line breaks read as spaces
+    text = gpu_page()
     date, gpu = re.findall(r"^date      (\S+) .*\nGPU       NVIDIA (\w+)", step6_log, re.M)[-1]
     assert f"On {date}, on an {gpu}, step 6" in text and f"Its latest run was on an {gpu}" in text
     for figure in (f"ran {compiled / eager:.2f} times as fast", f"took {warmup['fast+compile']:.0f} s", f"finished in {finished} s",
@@ -135,15 +153,14 @@ def test_the_compiled_step_figures_in_the_docs_come_from_the_check_log():
 def test_the_whole_compiled_run_figures_in_the_docs_come_from_its_files():
     "docs/gpu.md's account of the recipe trained with compiled steps on a GPU: every figure read from the run's files."
     import json, statistics
-    gpu = ROOT / "benchmarks" / "gpu_h100"
-    history = [json.loads(line) for line in (gpu / "train_compile_history.jsonl").read_text().splitlines()]
-    results = json.loads((gpu / "train_compile_results.json").read_text())
-    log = (gpu / "train_compile_log.txt").read_text()
+    history = epochs_of("train_compile_history.jsonl")
+    results = json.loads((GPU_RUNS / "train_compile_results.json").read_text())
+    log = (GPU_RUNS / "train_compile_log.txt").read_text()
     eager_log = log.split("== compiled")[0]
     eager = [(int(tok_s), int(s)) for tok_s, s in re.findall(r"(\d+) tok/s  (\d+)s", eager_log)]
     eager_val_loss = re.findall(r"val loss ([\d.]+)", eager_log)
-    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())  # line breaks read as spaces
-    resumed = int(re.findall(r"epoch (\d+), \d+ batches into it", (gpu / "train_compile_resume.txt").read_text())[0])
+    text = gpu_page()
+    resumed = int(re.findall(r"epoch (\d+), \d+ batches into it", (GPU_RUNS / "train_compile_resume.txt").read_text())[0])
     compiled_tok_s = statistics.median(r["tokens_per_s"] for r in history[1:resumed - 1])  # epochs 2 to 36: compiled
     eager_pace = statistics.median(s for _, s in eager[1:])  # seconds an epoch after the first
     (stopped,) = re.findall(r"\((\d+) batches into epoch (\d+)\)", log)
@@ -183,7 +200,7 @@ def test_the_whole_compiled_run_figures_in_the_docs_come_from_its_files():
                f"| {g['val_bleu']} | {c['val_bleu']} |")
         assert row in text, row
     # the checks on the H100, and the CPU's small run
-    probe = (gpu / "compile_quality_probe.txt").read_text()
+    probe = (GPU_RUNS / "compile_quality_probe.txt").read_text()
     assert probe.count("same mask True") == 4 and probe.count("same mask twice: False") == 2
     errors = dict(re.findall(r"(eager bf16|compiled bf16): ([\d.e+-]+)", probe))
     as_written = lambda x: f"{float(x):.2e}".replace("e-0", "e-")
@@ -198,11 +215,10 @@ def test_the_eager_gpu_run_figures_in_the_docs_come_from_its_files(tmp_path):
     """docs/gpu.md's account of the recipe trained eagerly on an H100 (the slow cell of chapter 13): the judge passes the
     run as saved, and every figure is read from its log, its epochs and the CPU runs of the recipe (precision.json)."""
     import json, shutil, statistics
-    gpu = ROOT / "benchmarks" / "gpu_h100"
-    history = [json.loads(line) for line in (gpu / "train_eager_history.jsonl").read_text().splitlines()]
-    settings = json.loads((gpu / "train_eager_config.json").read_text())
-    log = (gpu / "train_eager_log.txt").read_text()
-    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())  # line breaks read as spaces
+    history = epochs_of("train_eager_history.jsonl")
+    settings = json.loads((GPU_RUNS / "train_eager_config.json").read_text())
+    log = (GPU_RUNS / "train_eager_log.txt").read_text()
+    text = gpu_page()
     # the epochs' file is the log's: every epoch line of the log prints its record
     logged = re.findall(r"^epoch +(\d+)  train loss ([\d.]+)  val loss ([\d.]+)  val BLEU ([\d.]+) .* (\d+) tok/s", log, re.M)
     assert [(int(e), f"{float(tl):.3f}", f"{float(vl):.3f}", float(b), int(tok)) for e, tl, vl, b, tok in logged] == \
@@ -210,10 +226,9 @@ def test_the_eager_gpu_run_figures_in_the_docs_come_from_its_files(tmp_path):
     assert settings["precision"] == "auto" and {r["precision"] for r in history} == {"bf16"}
     assert 'train(replace(RECIPE, out_dir="runs/multi30k"))' in log and "precision bf16" in log
     # the run as it came back from the GPU, judged again here: a finished run of RECIPE that passes
-    shutil.copy(gpu / "train_eager_history.jsonl", tmp_path / "history.jsonl")
-    shutil.copy(gpu / "train_eager_config.json", tmp_path / "train_config.json")
-    judged = subprocess.run([sys.executable, str(ROOT / "tools" / "recipe_on_gpu.py"), str(tmp_path / "history.jsonl")],
-                            capture_output=True, text=True, timeout=60)
+    shutil.copy(GPU_RUNS / "train_eager_history.jsonl", tmp_path / "history.jsonl")
+    shutil.copy(GPU_RUNS / "train_eager_config.json", tmp_path / "train_config.json")
+    judged = judge_run(tmp_path / "history.jsonl")
     assert judged.returncode == 0, judged.stdout + judged.stderr
     verdict = judged.stdout.strip().splitlines()[-1]
     assert verdict in log  # the log's last line is the judge's verdict on the GPU, the same as here
@@ -226,7 +241,7 @@ def test_the_eager_gpu_run_figures_in_the_docs_come_from_its_files(tmp_path):
     runs = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())
     cpu, cpu_fp32 = runs["recipe"]["bf16"]["history"], runs["recipe"]["fp32"]["history"]
     seeds = [runs[name]["bf16"]["history"] for name in ("recipe_seed1", "recipe_seed2")]
-    compiled = [json.loads(line) for line in (gpu / "train_compile_history.jsonl").read_text().splitlines()]
+    compiled = epochs_of("train_compile_history.jsonl")
     gap = lambda run, key: max(abs(r[key] - c[key]) for r, c in list(zip(run, cpu))[2:])  # from epoch 3 on
     assert [r["epoch"] for r in history] == [c["epoch"] for c in cpu] == list(range(1, 39))
     below = [r["val_bleu"] - c["val_bleu"] for r, c in zip(history, cpu)]
@@ -269,8 +284,8 @@ def test_the_eager_gpu_run_figures_in_the_docs_come_from_its_files(tmp_path):
 
 def test_the_rdrop_figures_on_a_gpu_in_the_docs_come_from_its_log():
     "docs/gpu.md's R-Drop runs on an H100: three runs of two epochs, each finished, lowering the loss, seconds as logged."
-    log = (ROOT / "benchmarks" / "gpu_h100" / "rdrop_on_cuda.txt").read_text()
-    text = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    log = (GPU_RUNS / "rdrop_on_cuda.txt").read_text()
+    text = gpu_page()
     gpu_name, torch_version = re.match(r"NVIDIA (\w+) .* (\d+\.\d+)\.\d+\+", log).groups()
     assert f"R-Drop (`--rdrop`, [training](13_train.ipynb)) ran on an {gpu_name} with torch {torch_version}" in text
     seconds, tok_s = {}, {}
@@ -301,12 +316,9 @@ def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
         folder.mkdir()
         (folder / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
         (folder / "train_config.json").write_text(json.dumps(asdict(replace(settings, out_dir=str(folder)))))
-        return subprocess.run([sys.executable, str(ROOT / "tools" / "recipe_on_gpu.py"), str(folder / "history.jsonl")],
-                              capture_output=True, text=True, timeout=60)
+        return judge_run(folder / "history.jsonl")
 
-    gpu = [json.loads(line) for line in
-           (ROOT / "benchmarks" / "gpu_h100" / "train_compile_history.jsonl").read_text().splitlines()]
-    failed = judge(gpu, name="gpu")
+    failed = judge(epochs_of("train_compile_history.jsonl"), name="gpu")
     assert failed.returncode == 1 and "best validation BLEU 40.12 in 38 epochs" in failed.stdout, failed.stdout + failed.stderr
     assert "the check asks at least 41.14" in failed.stdout
     cpu = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())["recipe"]["bf16"]
@@ -324,6 +336,5 @@ def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
     (tmp_path / "broken" / "train_config.json").write_text("{}")
     for log, says in ((tmp_path / "broken" / "history.jsonl", "is not a training log"),
                       (tmp_path / "none" / "history.jsonl", "no training run at")):
-        refused = subprocess.run([sys.executable, str(ROOT / "tools" / "recipe_on_gpu.py"), str(log)],
-                                 capture_output=True, text=True, timeout=60)
+        refused = judge_run(log)
         assert refused.returncode == 2 and says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
