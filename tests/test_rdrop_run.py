@@ -37,3 +37,20 @@ def test_collect_refuses_a_folder_trained_with_other_settings(tmp_path):
     with pytest.raises(SystemExit, match=r"trained with other settings \(rdrop\)"):
         collect(tmp_path, tmp_path / "rdrop.json")
     assert not (tmp_path / "rdrop.json").exists()
+
+
+def test_a_stopped_run_ends_with_one_line_and_status_130(monkeypatch, capsys):
+    "Ctrl-C or SIGTERM while an experiment script trains: the saved position is named in one line, no traceback."
+    import pytest
+    from ablation import run_or_collect  # tools/ablation.py: the command line of every experiment script
+    from annotated_transformer.train import TrainingStopped
+
+    def stopped_run(runs_dir):
+        raise TrainingStopped(f"stopped at step 7 (3 batches into epoch 1); the checkpoint is in {runs_dir}/last")
+
+    monkeypatch.setattr(sys, "argv", ["rdrop_run.py", "run", "--runs-dir", "runs/x"])
+    with pytest.raises(SystemExit) as exit:
+        run_or_collect(__doc__, stopped_run, None, "runs/rdrop", Path("unused.json"))
+    assert exit.value.code == 130
+    err = capsys.readouterr().err
+    assert err == "rdrop_run.py: stopped at step 7 (3 batches into epoch 1); the checkpoint is in runs/x/last\n"

@@ -59,7 +59,8 @@ def write_json(path: Path, data: dict) -> None:
 
 def run_or_collect(doc: str, run, collect, runs_dir: str, out: Path) -> None:
     """The command line of an experiment script: `run(runs_dir)` trains what is missing (resuming), `collect(runs_dir, out)`
-    returns the JSON written to `out` (it may keep what `out` already holds)."""
+    returns the JSON written to `out` (it may keep what `out` already holds). A stop while training (Ctrl-C, SIGTERM)
+    ends, like the `train` command, with one line naming the saved position and exit status 130."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("action", choices=("run", "collect"))
     parser.add_argument("--runs-dir", type=Path, default=Path(runs_dir))
@@ -67,8 +68,14 @@ def run_or_collect(doc: str, run, collect, runs_dir: str, out: Path) -> None:
     args = parser.parse_args()
     if args.action == "collect":
         write_json(args.out, collect(args.runs_dir, args.out))
-    else:
+        return
+    sys.path.insert(0, str(ROOT))
+    from annotated_transformer.train import TrainingStopped
+    try:
         run(args.runs_dir)
+    except TrainingStopped as stopped:  # Ctrl-C or SIGTERM: the checkpoint is saved, the same command resumes
+        print(f"{Path(sys.argv[0]).name}: {stopped}", file=sys.stderr)
+        raise SystemExit(130)
 
 
 def collect(runs_dir: Path) -> dict:
