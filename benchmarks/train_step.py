@@ -19,6 +19,10 @@ One training step = forward + label-smoothed loss + backward + Adam step, on bat
 * (e) fast+torch_masks (only with --torch-masks): (a) with its dropout masks drawn from a random number per
                 entry, as PyTorch draws them (nn.Dropout instead of FastDropout, torch.rand for the feed-forward's
                 ReLU + dropout): what the 16- and 15-bit masks of `dropout_mask` save
+* (f) fast+rdrop (only with --rdrop): (a) trained as `TrainConfig(rdrop=5)` trains: each batch `doubled` (every pair
+                twice, under two dropout masks) and `RDropLoss` (both passes' label-smoothed losses plus the KL
+                between them, from the full log-probabilities in float32). Its target tokens count each pair once,
+                so its tokens/s is the rate at which it gets through the training set, comparable with (a)'s
 
 On a GPU the timings wait for the GPU (torch.cuda.synchronize) and the memory is the peak of
 torch.cuda.max_memory_allocated during a step above the memory allocated before it.
@@ -42,6 +46,7 @@ Timings are not taken in that process, because an mmap per tensor slows every st
 Usage: python benchmarks/train_step.py [--models small base] [--rounds 5] [--repeats 3] [--threads 2]
        python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 [--compile]
        python benchmarks/train_step.py --precision fp32 --compile --torch-masks --repeats 2   (the fp32 file of the docs)
+       python benchmarks/train_step.py --models small --rdrop   (what R-Drop costs, results_train_step_rdrop.txt)
 """
 import argparse
 import ctypes
@@ -67,6 +72,7 @@ from annotated_transformer.batches import Batch
 from annotated_transformer.fast import FastDropout, FastLossCompute, autocast_context, make_grad_scaler, resolve_precision, speed_up
 from annotated_transformer.layers import sinusoid_table
 from annotated_transformer.model import make_model, subsequent_mask
+from annotated_transformer.train import RDropLoss, doubled
 from annotated_transformer.training import LabelSmoothing, SimpleLossCompute
 from machine import cpu_name  # benchmarks/machine.py (the scripts run as python benchmarks/NAME.py)
 
@@ -128,6 +134,11 @@ def build(kind, size, device, precision):
             crit = FastLossCompute(model.generator, speed_up(LabelSmoothing(TGT_VOCAB, PAD, 0.1)))
         def step_loss(b):
             return crit(model(b.src, b.tgt, b.src_mask, b.tgt_mask), b.tgt_y, b.ntokens)[1]
+        if kind == "fast+rdrop":  # as train() runs R-Drop: the batch doubled, its loss with the KL between the passes
+            rdrop = RDropLoss(model.generator, crit.criterion, 5.0)
+            def step_loss(b):
+                two = doubled(b)  # (2B, ...)
+                return rdrop(model(two.src, two.tgt, two.src_mask, two.tgt_mask), two.tgt_y, two.ntokens)[1]
         if kind == "fast+compile":  # forward pass and loss in one graph (06_fast checks there is no break)
             step_loss = torch.compile(step_loss, fullgraph=True, dynamic=True)
     masks = nullcontext
@@ -258,6 +269,7 @@ def main():
                     help="sentence pairs per batch (default: 128 on the CPU, 128 and 1024 on a GPU)")
     ap.add_argument("--compile", action="store_true", help="also time (a) under torch.compile")
     ap.add_argument("--torch-masks", action="store_true", help="also time (a) with PyTorch's dropout masks")
+    ap.add_argument("--rdrop", action="store_true", help="also time (a) trained with R-Drop (alpha 5)")
     ap.add_argument("--phase", choices=["all", "speed", "memory"], default="all", help=argparse.SUPPRESS)
     ap.add_argument("--kinds", nargs="+", help=argparse.SUPPRESS)  # a child's implementations
     args = ap.parse_args()
@@ -265,7 +277,7 @@ def main():
     device = torch.device(args.device)
     precision = resolve_precision(device, args.precision)
     kinds = ("fast", "explicit", "torch") + (("fast+compile",) if args.compile else ()) + \
-        (("fast+torch_masks",) if args.torch_masks else ())
+        (("fast+torch_masks",) if args.torch_masks else ()) + (("fast+rdrop",) if args.rdrop else ())
     sizes = args.batch_sizes or ([128, 1024] if device.type == "cuda" else [128])
     runs = [(m, b) for m in args.models for b in sizes]
     if args.phase != "all":  # a child process: one JSON line per (model, batch size)
@@ -294,7 +306,9 @@ def main():
               f"memory fast/explicit {mem['fast'] / mem['explicit']:.2f}x, fast/torch {mem['fast'] / mem['torch']:.2f}x"
               + (f"; fast+compile/torch {tok_s['fast+compile'] / tok_s['torch']:.2f}x" if args.compile else "")
               + (f"; fast/fast+torch_masks speed {tok_s['fast'] / tok_s['fast+torch_masks']:.2f}x, memory "
-                 f"{mem['fast'] / mem['fast+torch_masks']:.2f}x" if args.torch_masks else ""))
+                 f"{mem['fast'] / mem['fast+torch_masks']:.2f}x" if args.torch_masks else "")
+              + (f"; fast/fast+rdrop speed {tok_s['fast'] / tok_s['fast+rdrop']:.2f}x, memory "
+                 f"{mem['fast+rdrop'] / mem['fast']:.2f}x of fast's" if args.rdrop else ""))
 
 
 def read_tables(text: str) -> dict[str, dict[str, tuple[float, float]]]:
