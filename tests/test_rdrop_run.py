@@ -54,3 +54,20 @@ def test_a_stopped_run_ends_with_one_line_and_status_130(monkeypatch, capsys):
     assert exit.value.code == 130
     err = capsys.readouterr().err
     assert err == "rdrop_run.py: stopped at step 7 (3 batches into epoch 1); the checkpoint is in runs/x/last\n"
+
+
+def test_the_file_holds_the_finished_run():
+    """rdrop.json is one finished run of RDROP: every epoch scored, an averaged candidate for every five consecutive
+    epochs, and the optimizer steps of the recipe's seed-0 run after each epoch (the same batches in the same order)."""
+    import json
+    pretrained = ROOT / "annotated_transformer" / "pretrained"
+    rdrop = json.loads((pretrained / "rdrop.json").read_text())
+    (run,) = rdrop["runs"]
+    assert run["name"] == RDROP.out_dir and run["rdrop"] == RDROP.rdrop and run["model"] == asdict(RDROP.model)
+    assert (run["epochs"], run["cooldown"], run["precision"]) == (RDROP.epochs, RDROP.cooldown, "bf16")
+    assert [r["epoch"] for r in run["history"]] == list(range(1, RDROP.epochs + 1))
+    assert all(isinstance(r["val_bleu"], float) and 0 < r["val_bleu"] < 100 for r in run["history"])
+    averaged = run[f"average_of_last_{rdrop['average_last']}"]
+    assert [r["epoch"] for r in averaged] == list(range(rdrop["average_last"], RDROP.epochs + 1))
+    recipe = json.loads((pretrained / "results_38_epochs.json").read_text())  # the recipe's seed-0 run (fp32)
+    assert [r["step"] for r in run["history"]] == [r["step"] for r in recipe["history"]]
