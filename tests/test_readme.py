@@ -233,6 +233,18 @@ def test_the_benchmark_page_says_what_the_recheck_measured():
     assert recheck["base"]["fast"][0] < 2.5 * recheck["base"]["explicit"][0] <= first["base"]["fast"][0]  # "less than 2.5 times"
 
 
+def test_the_benchmark_page_says_what_the_rdrop_run_measured():
+    "docs/benchmarks.md's words on results_train_step_rdrop.txt, against that file and the first one."
+    first, rdrop = (read_tables((ROOT / "benchmarks" / name).read_text())
+                    for name in ("results_train_step.txt", "results_train_step_rdrop.txt"))
+    assert set(rdrop) == {"small"} and set(rdrop["small"]) == {"fast", "explicit", "torch", "fast+rdrop"}
+    rows, before = rdrop["small"], first["small"]
+    slower = {k: rows[k][0] / before[k][0] for k in ("fast", "explicit", "torch")}
+    assert slower["fast"] < 0.8 and slower["torch"] < 0.8 and slower["explicit"] >= 0.8, slower  # "far slower", "is not"
+    assert rows["fast"][0] / rows["explicit"][0] < before["fast"][0] / before["explicit"][0]  # "gains less over (b)"
+    assert rows["fast+rdrop"][0] < rows["fast"][0] and rows["fast+rdrop"][1] > rows["fast"][1]  # R-Drop costs time and memory
+
+
 def test_decode_results_agree():
     "The decoding table of results_decode.txt is the one recorded in results_decode.json, from the shipped model."
     data = json.loads((ROOT / "benchmarks" / "results_decode.json").read_text())
