@@ -1,0 +1,133 @@
+"""Two recipe runs decoded together, and the student they teach.
+
+The shipped model is a student of four recipe runs (tools/distill.py), whose checkpoints are no longer kept. Two runs
+of the recipe in bf16 are: seed 1 (tools/precision_run.py) and the R-Drop run (tools/rdrop_run.py), each as the
+candidate its run would ship (for both, the best epoch). R-Drop ends with a lower validation loss, and its beam search
+gains more over its greedy decoding, so the question is what the pair gives:
+
+1. `collect` scores each of the two, their ensemble (the package's `load_ensemble`: the mean of their
+   log-probabilities at each step) and the shipped model on val, greedily and with beam 4, and the ensemble again with
+   its weights stored in 8 bits (each row of each weight matrix scaled to the integers -127..127, as a file of int8
+   numbers and one float32 scale per row would hold them), with the size such a file takes. Two models in 16 bits take more than
+   the 30 MB a shipped model may take; in 8 bits they take about what one does in 16.
+   Test2016 is scored, greedily and with beam 4, only for the shipped model and for the candidate chosen on val.
+2. `run` trains a student as the shipped one was trained, with one change: its teachers are the pair instead of the
+   four runs. The pair translates the 29,000 training German sentences greedily (the package's `distill_corpus`) and
+   `STUDENT`'s settings (the recipe in bf16, 38 epochs, the last 8 cooling down, seed 0, its own BPE vocabulary) learn
+   from those translations alone; its candidates are chosen on val, greedily, as `build_pretrained` chooses.
+
+    python tools/pair_ensemble.py run --runs-dir runs/pair          # teaches (once), then trains (resumes)
+    python tools/pair_ensemble.py collect --runs-dir runs/pair      # writes annotated_transformer/pretrained/pair_ensemble.json
+"""
+import json
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from ablation import finished, run_or_collect  # tools/ablation.py: a run's finished epochs; the command line
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from annotated_transformer.checkpoint import weights_to_save  # noqa: E402 (this checkout's package)
+from annotated_transformer.decoding import Translator, shipped_model_dir  # noqa: E402
+from annotated_transformer.evaluation import evaluate_translator  # noqa: E402
+from annotated_transformer.model import EncoderDecoder  # noqa: E402
+from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, STUDENT, Ensemble,  # noqa: E402
+                                              averaged_candidate, choose_on_val, distill_corpus, hardware, load_ensemble,
+                                              train_and_choose)
+
+OUT = ROOT / "annotated_transformer" / "pretrained" / "pair_ensemble.json"
+LIMIT_MB = 30  # the most a shipped model may take (issue #22), in MB of 10^6 bytes
+PAIR = {"bf16, seed 1": ROOT / "runs" / "multi30k-bf16-seed1" / "best",  # tools/precision_run.py's seed-1 run
+        "R-Drop": ROOT / "runs" / "rdrop" / "rdrop5" / "best"}  # tools/rdrop_run.py's run
+
+
+def student(runs_dir: Path):
+    "The shipped student's settings, on the pair's translations."
+    return replace(STUDENT, corpus_dir=str(runs_dir / "corpus"), out_dir=str(runs_dir / "student"))
+
+
+def run(runs_dir: Path) -> dict:
+    missing = [f"{folder} ({name})" for name, folder in PAIR.items() if not (folder / "model.safetensors").is_file()]
+    if missing:
+        raise SystemExit(f"no weights in {', '.join(missing)}: tools/precision_run.py and tools/rdrop_run.py train them")
+    distill_corpus(list(PAIR.values()), runs_dir / "corpus", device="cpu")  # written once; kept if complete
+    checkpoint, chosen, scores = train_and_choose(student(runs_dir))
+    return {"chosen": chosen, "candidates_val_bleu_greedy": scores, "checkpoint": str(checkpoint)}
+
+
+def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "A matrix as 8-bit integers and one float32 scale a row: weight ~ q * scale, |q| <= 127, within scale / 2."
+    scale = (weight.float().abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12)  # (rows, 1); a row of zeros: any
+    q = torch.round(weight.float() / scale).clamp(-127, 127).to(torch.int8)  # (rows, columns)
+    return q, scale.squeeze(1)
+
+
+def store_in_8_bits(ensemble: Ensemble) -> int:
+    """Replace every weight matrix of the ensemble's models by its 8-bit form (`int8_rows`), in place, and return the
+    bytes of a safetensors file holding them so: int8 matrices, their float32 scales, the other tensors in float16."""
+    stored = {}
+    for i, model in enumerate(ensemble.members):
+        for name, tensor in weights_to_save(model).items():
+            if tensor.dim() == 2:  # embeddings and linear layers: (rows, columns)
+                q, scale = int8_rows(tensor)
+                stored[f"{i}.{name}"], stored[f"{i}.{name}.scale"] = q, scale
+                with torch.no_grad():
+                    model.get_parameter(name).copy_(q.float() * scale[:, None])
+            else:  # biases and layer-norm gains
+                stored[f"{i}.{name}"] = tensor.half()
+    with tempfile.TemporaryDirectory() as tmp:
+        save_file(stored, f"{tmp}/model.safetensors")
+        return Path(f"{tmp}/model.safetensors").stat().st_size
+
+
+def scores(translator: Translator, split: str) -> dict:
+    "BLEU greedily and with beam 4, with the `<unk>` written."
+    out = {}
+    for beam in (1, 4):
+        result = evaluate_translator(translator, split, beam_size=beam)
+        out[f"beam_{beam}"] = {"bleu": round(result["bleu"], 2), "unk": result["unk"]}
+    return out
+
+
+def megabytes_16_bit(model: EncoderDecoder | Ensemble) -> float:
+    "The size of a model's weights (an ensemble's: all its members') stored in 16 bits, in MB (10^6 bytes)."
+    models = getattr(model, "members", [model])
+    return round(sum(2 * t.numel() for m in models for t in weights_to_save(m).values()) / 1e6, 2)
+
+
+def collect(runs_dir: Path, out: Path) -> dict:
+    "Each member, the pair, the pair in 8 bits and the shipped model on val; on test the shipped model and the chosen one."
+    members = {name: Translator.from_checkpoint(folder, "cpu") for name, folder in PAIR.items()}
+    shipped = Translator.from_checkpoint(shipped_model_dir(), "cpu")
+    pair = load_ensemble(list(PAIR.values()), "cpu")
+    rows = {name: {"megabytes": megabytes_16_bit(t.model), "val": scores(t, "val")} for name, t in members.items()}
+    rows["shipped model"] = {"megabytes": round((shipped_model_dir() / "model.safetensors").stat().st_size / 1e6, 2),
+                             "val": scores(shipped, "val")}
+    rows["pair, 16 bits"] = {"megabytes": megabytes_16_bit(pair.model), "val": scores(pair, "val")}
+    eight_bits = load_ensemble(list(PAIR.values()), "cpu")
+    rows["pair, 8 bits"] = {"megabytes": round(store_in_8_bits(eight_bits.model) / 1e6, 2), "val": scores(eight_bits, "val")}
+    fits = {name: row for name, row in rows.items() if row["megabytes"] <= LIMIT_MB}
+    chosen = max(fits, key=lambda name: fits[name]["val"]["beam_1"]["bleu"])  # as build_pretrained chooses: val, greedy
+    translators = {"shipped model": shipped, "pair, 8 bits": eight_bits, **members, "pair, 16 bits": pair}
+    for name in dict.fromkeys(["shipped model", chosen]):
+        rows[name]["test"] = scores(translators[name], "test")
+    result = {"metric": "sacreBLEU (greedy: beam_1; beam search: beam_4, length penalty 0.6)", "limit_megabytes": LIMIT_MB,
+              "members": {name: str(folder.relative_to(ROOT)) for name, folder in PAIR.items()},
+              "rows": rows, "chosen_on_val": chosen, "hardware": hardware(), "torch": torch.__version__}
+    run_dir = runs_dir / "student"
+    history = finished(run_dir) if (run_dir / "train_config.json").is_file() else []
+    if history and len(history) == student(runs_dir).epochs:  # the student, once its run has finished
+        seal = json.loads((runs_dir / "corpus" / "teachers.json").read_text())
+        _, candidates = choose_on_val({BEST_CANDIDATE: run_dir / "best", averaged_candidate(): run_dir / f"avg{AVERAGE_LAST}"})
+        result["student"] = {"teachers_sha256": list(seal["teachers"].values()), "teachers_beam_size": seal["beam_size"],
+                             "candidates_val_bleu_greedy": candidates, "history": history}
+    return result
+
+
+if __name__ == "__main__":
+    run_or_collect(__doc__, run, collect, "runs/pair", OUT)
