@@ -1,4 +1,4 @@
-"""The recipe's choices measured on Multi30k: training length, dropout, width, the length penalty, an ablation, bf16 against fp32, seeds, distillation, fine-tuning, R-Drop, post-norm against pre-norm.
+"""The recipe's choices measured on Multi30k: training length, dropout, width, the length penalty, an ablation, bf16 against fp32, seeds, distillation, fine-tuning, R-Drop, an 8-bit ensemble, post-norm against pre-norm.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/experiments.html.md"""
 
