@@ -2,15 +2,17 @@
 
 The shipped model is a student of four recipe runs (tools/distill.py), whose checkpoints are no longer kept. Two runs
 of the recipe in bf16 are: seed 1 (tools/precision_run.py) and the R-Drop run (tools/rdrop_run.py), each as the
-candidate its run would ship (for both, the best epoch). R-Drop ends with a lower validation loss, and its beam search
-gains more over its greedy decoding, so the question is what the pair gives:
+candidate its run would ship (for both, the best epoch). The four runs' ensemble scored well above their student with
+beam search, so the question is what two runs give together, and whether they fit the 30 MB a shipped model may take:
 
 1. `collect` scores each of the two, their ensemble (the package's `load_ensemble`: the mean of their
    log-probabilities at each step) and the shipped model on val, greedily and with beam 4, and the ensemble again with
    its weights stored in 8 bits (each row of each weight matrix scaled to the integers -127..127, as a file of int8
-   numbers and one float32 scale per row would hold them), with the size such a file takes. Two models in 16 bits take more than
-   the 30 MB a shipped model may take; in 8 bits they take about what one does in 16.
-   Test2016 is scored, greedily and with beam 4, only for the shipped model and for the candidate chosen on val.
+   numbers and one float32 scale per row would hold them), with the size such a file takes. Two models in 16 bits
+   take more than 30 MB; in 8 bits they take about what one does in 16. Test2016 is scored, greedily and with beam 4,
+   only for the shipped model and for the candidate chosen on val. Each score keeps the seconds its decoding took,
+   one after another in one process: run `collect` on an idle machine, since the pair's speed is compared with the
+   shipped model's.
 2. `run` trains a student as the shipped one was trained, with one change: its teachers are the pair instead of the
    four runs. The pair translates the 29,000 training German sentences greedily (the package's `distill_corpus`) and
    `STUDENT`'s settings (the recipe in bf16, 38 epochs, the last 8 cooling down, seed 0, its own BPE vocabulary) learn
@@ -22,6 +24,7 @@ gains more over its greedy decoding, so the question is what the pair gives:
 import json
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -86,11 +89,13 @@ def store_in_8_bits(ensemble: Ensemble) -> int:
 
 
 def scores(translator: Translator, split: str) -> dict:
-    "BLEU greedily and with beam 4, with the `<unk>` written."
+    "BLEU greedily and with beam 4, with the `<unk>` written and the seconds the decoding and scoring took."
     out = {}
     for beam in (1, 4):
+        start = time.perf_counter()
         result = evaluate_translator(translator, split, beam_size=beam)
-        out[f"beam_{beam}"] = {"bleu": round(result["bleu"], 2), "unk": result["unk"]}
+        out[f"beam_{beam}"] = {"bleu": round(result["bleu"], 2), "unk": result["unk"],
+                               "seconds": round(time.perf_counter() - start, 1)}
     return out
 
 
