@@ -106,31 +106,38 @@ def megabytes_16_bit(model: EncoderDecoder | Ensemble) -> float:
 
 
 def collect(runs_dir: Path, out: Path) -> dict:
-    "Each member, the pair, the pair in 8 bits and the shipped model on val; on test the shipped model and the chosen one."
-    members = {name: Translator.from_checkpoint(folder, "cpu") for name, folder in PAIR.items()}
-    shipped = Translator.from_checkpoint(shipped_model_dir(), "cpu")
-    pair = load_ensemble(list(PAIR.values()), "cpu")
-    rows = {name: {"megabytes": megabytes_16_bit(t.model), "val": scores(t, "val")} for name, t in members.items()}
-    rows["shipped model"] = {"megabytes": round((shipped_model_dir() / "model.safetensors").stat().st_size / 1e6, 2),
-                             "val": scores(shipped, "val")}
-    rows["pair, 16 bits"] = {"megabytes": megabytes_16_bit(pair.model), "val": scores(pair, "val")}
-    eight_bits = load_ensemble(list(PAIR.values()), "cpu")
-    rows["pair, 8 bits"] = {"megabytes": round(store_in_8_bits(eight_bits.model) / 1e6, 2), "val": scores(eight_bits, "val")}
+    """Each member, the pair, the pair in 8 bits, the shipped model and (once its run has finished) the pair's student
+    on val; on test the shipped model and the candidate chosen on val among those that fit."""
+    translators = {name: Translator.from_checkpoint(folder, "cpu") for name, folder in PAIR.items()}
+    rows = {name: {"megabytes": megabytes_16_bit(t.model)} for name, t in translators.items()}
+    translators["shipped model"] = Translator.from_checkpoint(shipped_model_dir(), "cpu")
+    rows["shipped model"] = {"megabytes": round((shipped_model_dir() / "model.safetensors").stat().st_size / 1e6, 2)}
+    translators["pair, 16 bits"] = load_ensemble(list(PAIR.values()), "cpu")
+    rows["pair, 16 bits"] = {"megabytes": megabytes_16_bit(translators["pair, 16 bits"].model)}
+    translators["pair, 8 bits"] = load_ensemble(list(PAIR.values()), "cpu")
+    rows["pair, 8 bits"] = {"megabytes": round(store_in_8_bits(translators["pair, 8 bits"].model) / 1e6, 2)}
+    run_dir, student_record = runs_dir / "student", None
+    history = finished(run_dir) if (run_dir / "train_config.json").is_file() else []
+    if len(history) == student(runs_dir).epochs:  # the student, once its run has finished: the candidate its run ships
+        chosen, candidates = choose_on_val({BEST_CANDIDATE: run_dir / "best",
+                                            averaged_candidate(): run_dir / f"avg{AVERAGE_LAST}"})
+        folder = run_dir / ("best" if chosen == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
+        translators["student of the pair"] = Translator.from_checkpoint(folder, "cpu")
+        rows["student of the pair"] = {"megabytes": round((folder / "model.safetensors").stat().st_size / 1e6, 2)}
+        seal = json.loads((runs_dir / "corpus" / "teachers.json").read_text())  # the teachers' weights' SHA-256, the beam
+        student_record = {"teachers_sha256": list(seal["teachers"].values()), "teachers_beam_size": seal["beam_size"],
+                          "candidates_val_bleu_greedy": candidates, "history": history}
+    for name, row in rows.items():
+        row["val"] = scores(translators[name], "val")
     fits = {name: row for name, row in rows.items() if row["megabytes"] <= LIMIT_MB}
     chosen = max(fits, key=lambda name: fits[name]["val"]["beam_1"]["bleu"])  # as build_pretrained chooses: val, greedy
-    translators = {"shipped model": shipped, "pair, 8 bits": eight_bits, **members, "pair, 16 bits": pair}
     for name in dict.fromkeys(["shipped model", chosen]):
         rows[name]["test"] = scores(translators[name], "test")
     result = {"metric": "sacreBLEU (greedy: beam_1; beam search: beam_4, length penalty 0.6)", "limit_megabytes": LIMIT_MB,
               "members": {name: str(folder.relative_to(ROOT)) for name, folder in PAIR.items()},
               "rows": rows, "chosen_on_val": chosen, "hardware": hardware(), "torch": torch.__version__}
-    run_dir = runs_dir / "student"
-    history = finished(run_dir) if (run_dir / "train_config.json").is_file() else []
-    if history and len(history) == student(runs_dir).epochs:  # the student, once its run has finished
-        seal = json.loads((runs_dir / "corpus" / "teachers.json").read_text())
-        _, candidates = choose_on_val({BEST_CANDIDATE: run_dir / "best", averaged_candidate(): run_dir / f"avg{AVERAGE_LAST}"})
-        result["student"] = {"teachers_sha256": list(seal["teachers"].values()), "teachers_beam_size": seal["beam_size"],
-                             "candidates_val_bleu_greedy": candidates, "history": history}
+    if student_record:
+        result["student"] = student_record
     return result
 
 
