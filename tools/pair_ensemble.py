@@ -1,14 +1,14 @@
 """Two recipe runs decoded together, and the student they teach.
 
-The shipped model is a student of four recipe runs (tools/distill.py), whose checkpoints are no longer kept. Two runs
-of the recipe in bf16 are: seed 1 (tools/precision_run.py) and the R-Drop run (tools/rdrop_run.py), each as the
-candidate its run would ship (for both, the best epoch). The four runs' ensemble scored well above their student with
-beam search, so the question is what two runs give together, and whether they fit the 30 MB a shipped model may take:
+The shipped model is a student of four recipe runs (tools/distill.py), whose ensemble scored well above the student
+with beam search. Here two runs of the recipe in bf16 decode together: seed 1 (tools/precision_run.py), one of those
+four teachers, and the R-Drop run (tools/rdrop_run.py), each as the candidate its run would ship (for both, the best
+epoch). The question is what the two give together, and whether they fit the 30 MB a shipped model may take:
 
 1. `collect` scores each of the two, their ensemble (the package's `load_ensemble`: the mean of their
    log-probabilities at each step) and the shipped model on val, greedily and with beam 4, and the ensemble again with
    its weights stored in 8 bits (each row of each weight matrix scaled to the integers -127..127, as a file of int8
-   numbers and one float32 scale per row would hold them), with the size such a file takes. Two models in 16 bits
+   numbers and one float32 scale per row would hold them, the other tensors in float16), with the size of that file. Two models in 16 bits
    take more than 30 MB; in 8 bits they take about what one does in 16. Test2016 is scored, greedily and with beam 4,
    only for the shipped model and for the candidate chosen on val. Each score keeps the seconds its decoding took,
    one after another in one process: run `collect` on an idle machine, since the pair's speed is compared with the
@@ -59,8 +59,8 @@ def run(runs_dir: Path) -> dict:
     if missing:
         raise SystemExit(f"no weights in {', '.join(missing)}: tools/precision_run.py and tools/rdrop_run.py train them")
     distill_corpus(list(PAIR.values()), runs_dir / "corpus", device="cpu")  # written once; kept if complete
-    checkpoint, chosen, scores = train_and_choose(student(runs_dir))
-    return {"chosen": chosen, "candidates_val_bleu_greedy": scores, "checkpoint": str(checkpoint)}
+    checkpoint, chosen, candidates = train_and_choose(student(runs_dir))
+    return {"chosen": chosen, "candidates_val_bleu_greedy": candidates, "checkpoint": str(checkpoint)}
 
 
 def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,8 +71,8 @@ def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def store_in_8_bits(ensemble: Ensemble) -> int:
-    """Replace every weight matrix of the ensemble's models by its 8-bit form (`int8_rows`), in place, and return the
-    bytes of a safetensors file holding them so: int8 matrices, their float32 scales, the other tensors in float16."""
+    """Replace the ensemble's weights, in place, by what a safetensors file of them in 8 bits holds, and return the bytes
+    of that file: every matrix as int8 with float32 scales (`int8_rows`), the other tensors in float16."""
     stored = {}
     for i, model in enumerate(ensemble.members):
         for name, tensor in weights_to_save(model).items():
@@ -83,6 +83,8 @@ def store_in_8_bits(ensemble: Ensemble) -> int:
                     model.get_parameter(name).copy_(q.float() * scale[:, None])
             else:  # biases and layer-norm gains
                 stored[f"{i}.{name}"] = tensor.half()
+                with torch.no_grad():
+                    model.get_parameter(name).copy_(tensor.half().float())
     with tempfile.TemporaryDirectory() as tmp:
         save_file(stored, f"{tmp}/model.safetensors")
         return Path(f"{tmp}/model.safetensors").stat().st_size
@@ -108,6 +110,7 @@ def megabytes_16_bit(model: EncoderDecoder | Ensemble) -> float:
 def collect(runs_dir: Path, out: Path) -> dict:
     """Each member, the pair, the pair in 8 bits, the shipped model and (once its run has finished) the pair's student
     on val; on test the shipped model and the candidate chosen on val among those that fit."""
+    # sizes: 2 bytes a weight for the members and the 16-bit pair; the safetensors file for the others
     translators = {name: Translator.from_checkpoint(folder, "cpu") for name, folder in PAIR.items()}
     rows = {name: {"megabytes": megabytes_16_bit(t.model)} for name, t in translators.items()}
     translators["shipped model"] = Translator.from_checkpoint(shipped_model_dir(), "cpu")
@@ -119,9 +122,9 @@ def collect(runs_dir: Path, out: Path) -> dict:
     run_dir, student_record = runs_dir / "student", None
     history = finished(run_dir) if (run_dir / "train_config.json").is_file() else []
     if len(history) == student(runs_dir).epochs:  # the student, once its run has finished: the candidate its run ships
-        chosen, candidates = choose_on_val({BEST_CANDIDATE: run_dir / "best",
-                                            averaged_candidate(): run_dir / f"avg{AVERAGE_LAST}"})
-        folder = run_dir / ("best" if chosen == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
+        shipped_candidate, candidates = choose_on_val({BEST_CANDIDATE: run_dir / "best",
+                                                       averaged_candidate(): run_dir / f"avg{AVERAGE_LAST}"})
+        folder = run_dir / ("best" if shipped_candidate == BEST_CANDIDATE else f"avg{AVERAGE_LAST}")
         translators["student of the pair"] = Translator.from_checkpoint(folder, "cpu")
         rows["student of the pair"] = {"megabytes": round((folder / "model.safetensors").stat().st_size / 1e6, 2)}
         seal = json.loads((runs_dir / "corpus" / "teachers.json").read_text())  # the teachers' weights' SHA-256, the beam
@@ -134,6 +137,8 @@ def collect(runs_dir: Path, out: Path) -> dict:
     for name in dict.fromkeys(["shipped model", chosen]):
         rows[name]["test"] = scores(translators[name], "test")
     result = {"metric": "sacreBLEU (greedy: beam_1; beam search: beam_4, length penalty 0.6)", "limit_megabytes": LIMIT_MB,
+              "megabytes": "MB of 10^6 bytes: 2 bytes a weight for the members and the 16-bit pair, the safetensors file "
+                           "for the others",
               "members": {name: str(folder.relative_to(ROOT)) for name, folder in PAIR.items()},
               "rows": rows, "chosen_on_val": chosen, "hardware": hardware(), "torch": torch.__version__}
     if student_record:
