@@ -8,8 +8,8 @@ epoch). The question is what the two give together, and whether they fit the 30 
 1. `collect` scores each of the two, their ensemble (the package's `load_ensemble`: the mean of their
    log-probabilities at each step) and the shipped model on val, greedily and with beam 4, and the ensemble again with
    its weights stored in 8 bits (each row of each weight matrix scaled to the integers -127..127, as a file of int8
-   numbers and one float32 scale per row would hold them, the other tensors in float16), with the size of that file. Two models in 16 bits
-   take more than 30 MB; in 8 bits they take about what one does in 16. Test2016 is scored, greedily and with beam 4,
+   numbers and one float32 scale per row would hold them, the other tensors in float16), with the size of that file.
+   Two models in 16 bits take more than 30 MB; in 8 bits they take about what one does in 16. Test2016 is scored, greedily and with beam 4,
    only for the shipped model and for the candidate chosen on val. Each score keeps the seconds its decoding took,
    one after another in one process: run `collect` on an idle machine, since the pair's speed is compared with the
    shipped model's.
@@ -74,17 +74,16 @@ def store_in_8_bits(ensemble: Ensemble) -> int:
     """Replace the ensemble's weights, in place, by what a safetensors file of them in 8 bits holds, and return the bytes
     of that file: every matrix as int8 with float32 scales (`int8_rows`), the other tensors in float16."""
     stored = {}
-    for i, model in enumerate(ensemble.members):
-        for name, tensor in weights_to_save(model).items():
-            if tensor.dim() == 2:  # embeddings and linear layers: (rows, columns)
-                q, scale = int8_rows(tensor)
-                stored[f"{i}.{name}"], stored[f"{i}.{name}.scale"] = q, scale
-                with torch.no_grad():
+    with torch.no_grad():
+        for i, model in enumerate(ensemble.members):
+            for name, tensor in weights_to_save(model).items():
+                if tensor.dim() == 2:  # embeddings and linear layers: (rows, columns)
+                    q, scale = int8_rows(tensor)
+                    stored[f"{i}.{name}"], stored[f"{i}.{name}.scale"] = q, scale
                     model.get_parameter(name).copy_(q.float() * scale[:, None])
-            else:  # biases and layer-norm gains
-                stored[f"{i}.{name}"] = tensor.half()
-                with torch.no_grad():
-                    model.get_parameter(name).copy_(tensor.half().float())
+                else:  # biases and layer-norm gains
+                    stored[f"{i}.{name}"] = tensor.half()
+                    model.get_parameter(name).copy_(stored[f"{i}.{name}"].float())
     with tempfile.TemporaryDirectory() as tmp:
         save_file(stored, f"{tmp}/model.safetensors")
         return Path(f"{tmp}/model.safetensors").stat().st_size
