@@ -32,10 +32,11 @@ from . import __version__, interrupted_while_starting
 from .data import default_cache_dir
 from .checkpoint import CONFIG_FILE, SIZE_LIMITS, WEIGHTS_FILE, check_writable
 from .copy_task import COPY_TASK_TIME, CopyTaskConfig, copy_batches, train_copy_task
-from .decoding import MAX_ALPHA, MAX_BEAM, Translator, shipped_model_dir
-from .evaluation import average_checkpoints, evaluate, last_checkpoints
+from .decoding import MAX_ALPHA, MAX_BEAM, SHIPPED_MODELS, shipped_model_dir
+from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints
 from .fast import PRECISIONS, default_device, resolve_precision
 from .model import PRESETS
+from .pretrained import ENSEMBLE_FILE, load_translator
 from .train import TrainConfig, TrainingStopped, train
 from .training import greedy_decode
 
@@ -102,8 +103,10 @@ def folder(text: str) -> str:
     return text
 
 def checkpoint_folder(text: str) -> str:
-    "Parser of a folder that holds a checkpoint (config.json and model.safetensors)."
+    "Parser of a folder that holds a checkpoint (config.json and model.safetensors) or an ensemble (ensemble.json)."
     folder(text)
+    if (Path(text) / ENSEMBLE_FILE).is_file():
+        return text
     missing = [n for n in (CONFIG_FILE, WEIGHTS_FILE) if not (Path(text) / n).is_file()]
     if missing:
         raise argparse.ArgumentTypeError(f"{text}: not a checkpoint folder ({', '.join(missing)} missing)")
@@ -237,11 +240,15 @@ def train_main(args: argparse.Namespace) -> int:
     return 0
 
 # %% ../nbs/90_cli.ipynb #4cf8e90d
-_CHECKPOINT_HELP = "checkpoint folder: model.safetensors, config.json, vocabularies (default: the model shipped with the package)"
+_CHECKPOINT_HELP = ("checkpoint folder (model.safetensors, config.json, vocabularies) or ensemble folder (ensemble.json) "
+                    "(default: the --model shipped with the package)")
+_MODEL_HELP = ("the shipped model used without --checkpoint: ensemble (two models in 8 bits, the more accurate) or "
+               "student (one model, about twice as fast) (default: ensemble)")
 _TRUST_HELP = "load checkpoints that have no manifest.json, whose files cannot be checked (default: refuse them)"
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=checkpoint_folder, default=None, help=_CHECKPOINT_HELP)
+    parser.add_argument("--model", type=one_of(tuple(SHIPPED_MODELS)), default="ensemble", help=_MODEL_HELP)
     parser.add_argument("--trust", action="store_true", help=_TRUST_HELP)
     parser.add_argument("--beam-size", type=at_least(1, MAX_BEAM), default=4, help=f"beam size 1..{MAX_BEAM}; 1 = greedy (default: 4)")
     parser.add_argument("--alpha", type=number_in(0, MAX_ALPHA), default=0.6, help=f"length penalty 0..{MAX_ALPHA} (default: 0.6)")
@@ -274,7 +281,7 @@ def translate_main(args: argparse.Namespace) -> int:
     sentences = _stdin_lines() if from_stdin else args.sentences
     if not sentences:  # an empty stdin: no lines in, no lines out
         return 0
-    translator = Translator.from_checkpoint(args.checkpoint or shipped_model_dir(), args.device, args.trust)
+    translator = load_translator(args.checkpoint or shipped_model_dir(args.model), args.device, args.trust)
     for i, n in translator.too_long(sentences)[:1]:
         raise InputError(f"{'stdin line' if from_stdin else 'argument'} {i + 1}: {n} tokens, more than this model "
                          f"takes ({translator.model.config.max_len - 50}); nothing was translated")
@@ -290,8 +297,8 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON (default: a two-line summary)")
 
 def evaluate_main(args: argparse.Namespace) -> int:
-    res = evaluate(args.checkpoint or shipped_model_dir(), args.split, args.data_dir, args.beam_size, args.alpha, args.limit,
-                   args.device, args.trust)
+    translator = load_translator(args.checkpoint or shipped_model_dir(args.model), args.device, args.trust)
+    res = evaluate_translator(translator, args.split, args.data_dir, args.beam_size, args.alpha, args.limit)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:

@@ -158,7 +158,7 @@ def test_readme_is_a_front_page():
     for heading in ("## Set up", "## Three ways to use it", "## Results", "## Chapters", "## More"):
         assert f"\n{heading}\n" in README, heading
     assert "What can go wrong" not in README.split("## More")[0] and "what-can-go-wrong.html" in README  # moved
-    assert len(re.findall(r"^\| greedy \|", README, re.M)) == 1, "one results table"
+    assert len(re.findall(r"^\| sacreBLEU \|", README, re.M)) == 1, "one results table"
     chapters = sorted(p.stem for p in (ROOT / "nbs").glob("[0-9]*.ipynb"))
     assert all(f"{c}.html" in README for c in chapters), "every chapter is in the chapter table"
 
