@@ -143,7 +143,7 @@ def test_ctrl_c_while_the_command_is_loading_is_one_line_and_130():
 def test_ctrl_c_while_a_command_runs_is_one_line_and_130(capsys):
     from unittest import mock
     from annotated_transformer import cli as command
-    with mock.patch.object(command.Translator, "from_checkpoint", side_effect=KeyboardInterrupt):
+    with mock.patch.object(command, "load_translator", side_effect=KeyboardInterrupt):
         assert command.main(["translate", "x"]) == 130
     assert capsys.readouterr().err == "annotated-transformer translate: interrupted\n"
 

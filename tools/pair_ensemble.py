@@ -8,7 +8,8 @@ epoch). The question is what the two give together, and whether they fit the 30 
 1. `collect` scores each of the two, their ensemble (the package's `load_ensemble`: the mean of their
    log-probabilities at each step) and the shipped model on val, greedily and with beam 4, and the ensemble again with
    its weights stored in 8 bits (each row of each weight matrix scaled to the integers -127..127, as a file of int8
-   numbers and one float32 scale per row would hold them, the other tensors in float16), with the size of that file.
+   numbers and one float32 scale per row holds them, the other tensors in float16: chapter 7's
+   `save_model(..., dtype=torch.int8)`), with the size of that file.
    Two models in 16 bits take more than 30 MB; in 8 bits they take about what one does in 16. Test2016 is scored, greedily and with beam 4,
    only for the shipped model and for the candidate chosen on val. Each score keeps the seconds its decoding took,
    one after another in one process: run `collect` on an idle machine, since the pair's speed is compared with the
@@ -35,7 +36,7 @@ from ablation import finished, run_or_collect  # tools/ablation.py: a run's fini
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from annotated_transformer.checkpoint import weights_to_save  # noqa: E402 (this checkout's package)
+from annotated_transformer.checkpoint import dequantized, weights_to_save  # noqa: E402 (this checkout's package)
 from annotated_transformer.decoding import Translator, shipped_model_dir  # noqa: E402
 from annotated_transformer.evaluation import evaluate_translator  # noqa: E402
 from annotated_transformer.model import EncoderDecoder  # noqa: E402
@@ -63,27 +64,16 @@ def run(runs_dir: Path) -> dict:
     return {"chosen": chosen, "candidates_val_bleu_greedy": candidates, "checkpoint": str(checkpoint)}
 
 
-def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    "A matrix as 8-bit integers and one float32 scale a row: weight ~ q * scale, |q| <= 127, within scale / 2."
-    scale = (weight.float().abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12)  # (rows, 1); a row of zeros: any
-    q = torch.round(weight.float() / scale).clamp(-127, 127).to(torch.int8)  # (rows, columns)
-    return q, scale.squeeze(1)
-
-
 def store_in_8_bits(ensemble: Ensemble) -> int:
     """Replace the ensemble's weights, in place, by what a safetensors file of them in 8 bits holds, and return the bytes
-    of that file: every matrix as int8 with float32 scales (`int8_rows`), the other tensors in float16."""
+    of that file: every matrix as int8 with float32 scales (the package's `int8_rows`), the other tensors in float16."""
     stored = {}
     with torch.no_grad():
         for i, model in enumerate(ensemble.members):
-            for name, tensor in weights_to_save(model).items():
-                if tensor.dim() == 2:  # embeddings and linear layers: (rows, columns)
-                    q, scale = int8_rows(tensor)
-                    stored[f"{i}.{name}"], stored[f"{i}.{name}.scale"] = q, scale
-                    model.get_parameter(name).copy_(q.float() * scale[:, None])
-                else:  # biases and layer-norm gains
-                    stored[f"{i}.{name}"] = tensor.half()
-                    model.get_parameter(name).copy_(stored[f"{i}.{name}"].float())
+            tensors = weights_to_save(model, torch.int8)
+            stored.update({f"{i}.{name}": tensor for name, tensor in tensors.items()})
+            for name, tensor in dequantized(tensors).items():
+                model.get_parameter(name).copy_(tensor)
     with tempfile.TemporaryDirectory() as tmp:
         save_file(stored, f"{tmp}/model.safetensors")
         return Path(f"{tmp}/model.safetensors").stat().st_size
