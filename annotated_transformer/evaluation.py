@@ -75,8 +75,9 @@ def copy_vocabularies(src: str | Path, dst: str | Path) -> None:
         (Path(dst) / name).write_text(text)
 
 def _stored_dtype(path: Path) -> torch.dtype:
-    "The floating-point dtype the weights of checkpoint `path` are stored in (float16 for the shipped model)."
-    return next(t.dtype for t in load_file(str(path / WEIGHTS_FILE)).values() if t.is_floating_point())
+    "The dtype the weights of checkpoint `path` are stored in: int8 (chapter 7's 8 bits), else their floating-point dtype."
+    stored = load_file(str(path / WEIGHTS_FILE)).values()
+    return torch.int8 if any(t.dtype == torch.int8 for t in stored) else next(t.dtype for t in stored if t.is_floating_point())
 
 def _check_average_out(paths: list[Path], out: Path) -> None:
     "Refuse an output folder that would overwrite an input or a run's resumable checkpoint."

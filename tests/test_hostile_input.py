@@ -188,6 +188,18 @@ def test_integer_weights_are_refused(model_copy):
     one_line(cli("translate", "--checkpoint", str(model_copy), "--trust", "Ein Hund."), 2, "weights must be stored as floating point")
 
 
+def test_an_ensemble_folder_with_a_member_replaced_is_refused(tmp_path):
+    "The shipped ensemble copied, then its second member replaced by the first: one line naming the member."
+    ensemble = tmp_path / "ensemble"
+    shutil.copytree(shipped_model_dir("ensemble"), ensemble)
+    res = cli("translate", "--checkpoint", str(ensemble), "--beam-size", "1", "Ein Hund.")
+    assert res.returncode == 0 and res.stdout.decode().strip(), res.stderr.decode()[-2000:]  # a copy works as the original
+    shutil.rmtree(ensemble / "member_2")
+    shutil.copytree(ensemble / "member_1", ensemble / "member_2")  # a sealed checkpoint, but not the member it was
+    one_line(cli("translate", "--checkpoint", str(ensemble), "Ein Hund."), 2,
+             f"{ensemble / 'member_2'} is missing or not the member ensemble.json was written with")
+
+
 def fake_run(folder: Path) -> Path:
     "A training run's folder as `train` leaves it: settings, and a checkpoint in last/ and epoch_001/."
     folder.mkdir()
