@@ -9,7 +9,7 @@
 #      whose best validation BLEU may be at most 1 below the lowest of the recipe's CPU runs (tools/recipe_on_gpu.py);
 #   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
-#   4. `translate` and `evaluate` (test2016, beam 4) of the shipped model on the GPU: BLEU within 0.5 of results.json;
+#   4. `translate` and `evaluate` (test2016, beam 4) of both shipped models on the GPU: BLEU within 0.5 of results.json;
 #   5. the GPU benchmarks: benchmarks/train_step.py --device cuda and benchmarks/decode.py --device cuda (a sweep);
 #   6. the training step under torch.compile: benchmarks/train_step.py --device cuda --compile, one process per
 #      implementation at 128 pairs (compiling takes minutes, so it is a step of its own).
@@ -99,18 +99,20 @@ short_train() {
   annotated-transformer train --out-dir "$WORK/multi30k" "${DATA_ARG[@]}" --epochs 1 --max-steps 300 --warmup 200 &&
   annotated-transformer translate --checkpoint "$WORK/multi30k/last" --device cuda "Ein Hund rennt durch den Schnee."
 }
-shipped_model() {
-  local model=annotated_transformer/pretrained/multi30k-de-en
-  annotated-transformer translate --checkpoint "$model" --device cuda "Ein Hund rennt durch den Schnee." &&
-  annotated-transformer evaluate --checkpoint "$model" --device cuda --split test "${DATA_ARG[@]}" --json > "$WORK/eval.json" &&
-  python - "$WORK/eval.json" "$model/results.json" <<'EOF'
+shipped_model() {  # both shipped models: the student (one model) and the ensemble (two, in 8 bits: the default)
+  local model
+  for model in annotated_transformer/pretrained/multi30k-de-en annotated_transformer/pretrained/multi30k-de-en-ensemble; do
+    annotated-transformer translate --checkpoint "$model" --device cuda "Ein Hund rennt durch den Schnee." &&
+    annotated-transformer evaluate --checkpoint "$model" --device cuda --split test "${DATA_ARG[@]}" --json > "$WORK/eval.json" &&
+    python - "$WORK/eval.json" "$model/results.json" <<'EOF' || return 1
 import json, sys
 got, shipped = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 expected = shipped.get("test2016", {}).get("beam_4", {}).get("bleu")
-print(f"test2016 beam 4 on the GPU: BLEU {got['bleu']:.2f} (shipped results.json: {expected})")
+print(f"{sys.argv[2].split('/')[-2]}: test2016 beam 4 on the GPU: BLEU {got['bleu']:.2f} (shipped results.json: {expected})")
 if expected is not None and abs(got["bleu"] - expected) > 0.5:
     sys.exit("BLEU on the GPU differs from the shipped result by more than 0.5")
 EOF
+  done
 }
 
 tutorial_run() {  # the slow cell trains RECIPE into runs/multi30k; its validation BLEU must reach the CPU runs'
@@ -137,7 +139,7 @@ if wanted 1; then
 fi
 wanted 2 && step "copy-task with its defaults reaches exact copies" copy_task
 wanted 3 && step "short train on Multi30k (default precision), then translate" short_train
-wanted 4 && step "shipped model: translate and evaluate on the GPU" shipped_model
+wanted 4 && step "shipped models: translate and evaluate on the GPU" shipped_model
 if wanted 5; then
   step "benchmark: training step (base model, batches of 128 and 1024)" \
     python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 1024 --rounds 10 --repeats 2
