@@ -324,7 +324,7 @@ SHIPPED_MODELS = {"ensemble": "multi30k-de-en-ensemble", "student": "multi30k-de
 
 def shipped_model_dir(name: str = "student",  # one of SHIPPED_MODELS
                       ) -> Path:
-    "The folder of a trained Multi30k de->en model inside the installed package (found wherever it is installed)."
+    "The folder of a trained Multi30k de->en model inside the installed package (default: the student, one model)."
     if name not in SHIPPED_MODELS:
         raise ValueError(f"no shipped model named {name!r}: expected one of {', '.join(SHIPPED_MODELS)}")
     return Path(str(files("annotated_transformer"))) / "pretrained" / SHIPPED_MODELS[name]

@@ -1,4 +1,4 @@
-"""Which precision should decoding use on this CPU? BLEU and wall time of the shipped model on the 1,000
+"""Which precision should decoding use on this CPU? BLEU and wall time of the shipped student on the 1,000
 test2016 sentences, greedy and beam 4, in float32 and under CPU bfloat16 autocast, one run each after a warm-up.
 
 bf16 only pays where the processor multiplies bf16 matrices in hardware (Intel AMX or AVX512-BF16, which

@@ -192,7 +192,7 @@ REDIRECT = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>
 """
 
 
-LIVE_MODEL = ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"  # the package's shipped model
+LIVE_MODEL = ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"  # the package's shipped student (one model)
 LIVE_MODEL_FILES = ("config.json", "tokenizer.json", "model.safetensors")  # what docs/live/worker.js reads
 
 

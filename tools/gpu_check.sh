@@ -5,7 +5,7 @@
 #
 # Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
 #   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu, a few at a time), and the `#| slow` cell of
-#      13_train (the tutorial's model; the slow cell of 14_pretrained is left out: it rebuilds the shipped model),
+#      13_train (the tutorial's model; the slow cell of 14_pretrained is left out: it rebuilds the shipped models),
 #      whose best validation BLEU may be at most 1 below the lowest of the recipe's CPU runs (tools/recipe_on_gpu.py);
 #   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;

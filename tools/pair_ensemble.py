@@ -1,6 +1,6 @@
 """Two recipe runs decoded together, and the student they teach.
 
-The shipped model is a student of four recipe runs (tools/distill.py), whose ensemble scored well above the student
+The shipped student learned from four recipe runs (tools/distill.py), whose ensemble scored well above the student
 with beam search. Here two runs of the recipe in bf16 decode together: seed 1 (tools/precision_run.py), one of those
 four teachers, and the R-Drop run (tools/rdrop_run.py), each as the candidate its run would ship (for both, the best
 epoch). The question is what the two give together, and whether they fit the 30 MB a shipped model may take:
