@@ -239,7 +239,7 @@ def save_model(model: EncoderDecoder,  # a model built by `make_model` / `build_
 # %% ../nbs/07_checkpoint.ipynb #c8b1e0a2
 def int8_rows(weight: torch.Tensor,  # (rows, columns) floats
               ) -> tuple[torch.Tensor, torch.Tensor]:  # q: (rows, columns) int8, scale: (rows,) float32
-    "A matrix as 8-bit integers and one float32 scale a row: weight ~ q * scale, |q| <= 127, within scale / 2."
+    "A matrix as 8-bit integers and one float32 scale a row: `weight ~ q * scale`, `abs(q) <= 127`, within `scale / 2`."
     scale = (weight.float().abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12)  # (rows, 1); a row of zeros: any
     q = torch.round(weight.float() / scale).clamp(-127, 127).to(torch.int8)  # (rows, columns)
     return q, scale.squeeze(1)
