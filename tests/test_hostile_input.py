@@ -197,7 +197,7 @@ def test_an_ensemble_folder_with_a_member_replaced_is_refused(tmp_path):
     shutil.rmtree(ensemble / "member_2")
     shutil.copytree(ensemble / "member_1", ensemble / "member_2")  # a sealed checkpoint, but not the member it was
     one_line(cli("translate", "--checkpoint", str(ensemble), "Ein Hund."), 2,
-             f"{ensemble / 'member_2'} is missing or not the member ensemble.json was written with")
+             f"{ensemble / 'member_2'} is not the member ensemble.json was written with")
 
 
 def fake_run(folder: Path) -> Path:
