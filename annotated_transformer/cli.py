@@ -6,7 +6,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/cli.html.md"
 
 # %% auto #0
 __all__ = ['CHECKS', 'SUBCOMMANDS', 'COMPUTING', 'MAX_THREADS', 'ENVIRONMENT', 'at_least', 'number_in', 'one_of', 'device_name',
-           'folder', 'checkpoint_folder', 'model_folder', 'field_comments', 'dataclass_arguments', 'config_from_args',
+           'folder', 'checkpoint_folder', 'field_comments', 'dataclass_arguments', 'config_from_args',
            'add_copy_task_arguments', 'copy_task_main', 'add_train_arguments', 'train_main', 'add_translate_arguments',
            'InputError', 'translate_main', 'add_evaluate_arguments', 'evaluate_main', 'add_average_arguments',
            'average_main', 'build_parser', 'main']
@@ -30,13 +30,12 @@ import torch.distributed as dist
 
 from . import __version__, interrupted_while_starting
 from .data import default_cache_dir
-from .checkpoint import CONFIG_FILE, ENSEMBLE_FILE, SIZE_LIMITS, WEIGHTS_FILE, check_writable
+from .checkpoint import CONFIG_FILE, SIZE_LIMITS, WEIGHTS_FILE, check_writable
 from .copy_task import COPY_TASK_TIME, CopyTaskConfig, copy_batches, train_copy_task
-from .decoding import MAX_ALPHA, MAX_BEAM, SHIPPED_MODELS, Translator, shipped_model_dir
+from .decoding import MAX_ALPHA, MAX_BEAM, Translator, shipped_model_dir
 from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints
 from .fast import PRECISIONS, default_device, resolve_precision
 from .model import PRESETS
-from .pretrained import load_translator
 from .train import TrainConfig, TrainingStopped, train
 from .training import greedy_decode
 
@@ -94,6 +93,8 @@ def device_name(text: str) -> str:
 
 def folder(text: str) -> str:
     "Parser of an existing folder."
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: give a folder")
     try:
         found = Path(text).is_dir()
     except OSError as e:  # e.g. a name longer than the file system allows
@@ -105,16 +106,10 @@ def folder(text: str) -> str:
 def checkpoint_folder(text: str) -> str:
     "Parser of a folder that holds a checkpoint (config.json and model.safetensors)."
     folder(text)
-    if (Path(text) / ENSEMBLE_FILE).is_file():
-        raise argparse.ArgumentTypeError(f"{text}: an ensemble folder ({ENSEMBLE_FILE}), where one checkpoint is expected")
     missing = [n for n in (CONFIG_FILE, WEIGHTS_FILE) if not (Path(text) / n).is_file()]
     if missing:
         raise argparse.ArgumentTypeError(f"{text}: not a checkpoint folder ({', '.join(missing)} missing)")
     return text
-
-def model_folder(text: str) -> str:
-    "Parser of a folder that a translator loads: a checkpoint, or an ensemble folder (ensemble.json, chapter 14)."
-    return text if folder(text) and (Path(text) / ENSEMBLE_FILE).is_file() else checkpoint_folder(text)
 
 # the range of each settings field that has one (fields of TrainConfig, CopyTaskConfig and ModelConfig)
 CHECKS = {**{name: at_least(1) for name in ("epochs", "warmup", "max_tokens", "accum_iter",
@@ -244,15 +239,11 @@ def train_main(args: argparse.Namespace) -> int:
     return 0
 
 # %% ../nbs/90_cli.ipynb #4cf8e90d
-_CHECKPOINT_HELP = ("checkpoint folder (model.safetensors, config.json, vocabularies) or ensemble folder (ensemble.json) "
-                    "(default: the --model shipped with the package)")
-_MODEL_HELP = ("the shipped model used without --checkpoint: ensemble (two models in 8 bits, the more accurate) or "
-               "student (one model, about twice as fast) (default: ensemble)")
+_CHECKPOINT_HELP = "checkpoint folder (model.safetensors, config.json, vocabularies) (default: the model shipped with the package)"
 _TRUST_HELP = "load checkpoints that have no manifest.json, whose files cannot be checked (default: refuse them)"
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", type=model_folder, default=None, help=_CHECKPOINT_HELP)
-    parser.add_argument("--model", type=one_of(tuple(SHIPPED_MODELS)), default=None, help=_MODEL_HELP)
+    parser.add_argument("--checkpoint", type=checkpoint_folder, default=None, help=_CHECKPOINT_HELP)
     parser.add_argument("--trust", action="store_true", help=_TRUST_HELP)
     parser.add_argument("--beam-size", type=at_least(1, MAX_BEAM), default=4, help=f"beam size 1..{MAX_BEAM}; 1 = greedy (default: 4)")
     parser.add_argument("--alpha", type=number_in(0, MAX_ALPHA), default=0.6, help=f"length penalty 0..{MAX_ALPHA} (default: 0.6)")
@@ -280,10 +271,8 @@ def _stdin_lines() -> list[str]:
     return text
 
 def _translator(args: argparse.Namespace) -> Translator:
-    "What `translate` and `evaluate` decode with: the folder --checkpoint names, else the shipped --model (the ensemble)."
-    if args.checkpoint and args.model:
-        raise InputError("give --checkpoint or --model, not both: --model picks a shipped model, --checkpoint another folder")
-    return load_translator(args.checkpoint or shipped_model_dir(args.model or "ensemble"), args.device, args.trust)
+    "What `translate` and `evaluate` decode with: the folder --checkpoint names, else the shipped model."
+    return Translator.from_checkpoint(shipped_model_dir() if args.checkpoint is None else args.checkpoint, args.device, args.trust)
 
 def translate_main(args: argparse.Namespace) -> int:
     "One output line per input line: a blank line gives a blank line; a line that cannot be translated is named."

@@ -1,4 +1,4 @@
-"""The recipe's choices measured on Multi30k: training length, dropout, width, the length penalty, an ablation, bf16 against fp32, seeds, distillation, fine-tuning, R-Drop, an 8-bit ensemble, post-norm against pre-norm.
+"""The recipe's choices measured on Multi30k: training length, dropout, width, the length penalty, an ablation, bf16 against fp32, seeds, distillation, fine-tuning, R-Drop, two runs decoded together in 8 bits, post-norm against pre-norm.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/experiments.html.md"""
 
@@ -21,10 +21,10 @@ def seed_runs(precision: dict,  # the contents of precision.json
     return sorted((pair for name, pair in precision.items() if name == "recipe" or name.startswith("recipe_seed")),
                   key=lambda pair: pair["seed"])
 
-def spread_between_runs(folder: str | Path | None = None,  # the experiment records (default: the package's pretrained/ folder)
+def spread_between_runs(folder: str | Path,  # the experiments' records (the repository's results/ folder)
                         ) -> dict[str, float]:  # BLEU on val between two runs of one recipe, by what differed
     "How far apart two runs of one recipe land on val: with the seed held on two CPUs, and across seeds on one CPU."
-    folder = Path(folder) if folder else shipped_model_dir().parent
+    folder = Path(folder)
     read = lambda name: json.loads((folder / name).read_text())
     fourteen, longer, precision = read("results_14_epochs.json"), read("longer.json"), read("precision.json")
     # the 14-epoch recipe's last epochs averaged: in the model it shipped, and in the same settings and seed run again

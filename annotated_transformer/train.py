@@ -7,7 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/train.html.m
 # %% auto #0
 __all__ = ['TrainConfig', 'cooled_rate', 'planned_steps', 'doubled', 'RDropLoss', 'DistInfo', 'setup_distributed',
            'global_token_norm', 'RunLockedError', 'TrainingStopped', 'TrainingDiverged', 'run_lock', 'stop_on_signals',
-           'validation_bleu', 'train']
+           'validation_bleu', 'resolved_cooldown', 'train']
 
 # %% ../nbs/13_train.ipynb #89f07fc2
 import copy
@@ -49,15 +49,15 @@ class TrainConfig:
     corpus_dir: str | None = None  # your own corpus instead: {train,val,test}.{src_lang,tgt_lang}[.gz], a sentence a line
     src_lang: str = "de"  # source language (spaCy code; the suffix of the corpus files)
     tgt_lang: str = "en"  # target language
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1))  # the model (vocabulary sizes come from the data; tied when shared)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.2))  # the model (vocabulary sizes come from the data; tied when shared)
     preset: str | None = None  # small, base or big: the model's N, d_model, d_ff, h and dropout from PRESETS
     subwords: int = 8000  # tokens of one BPE vocabulary shared by both languages; 0: a word vocabulary per language
     min_freq: int = 2  # words seen fewer times are <unk>; subwords: pairs seen fewer times are not merged
     max_tokens: int = 2500  # padded tokens per batch per process
     accum_iter: int = 1  # micro-batches per optimizer step
-    epochs: int = 12  # training epochs
-    cooldown: int = 0  # last epochs in which the learning rate falls in a straight line to 0 (0: equation 3 to the end)
-    warmup: int = 1500  # warmup steps of the schedule
+    epochs: int = 38  # training epochs
+    cooldown: int | None = None  # last epochs in which the rate falls in a straight line to 0; 0: equation 3 to the end; None: the last fifth (8 of 38), if it begins after the warmup
+    warmup: int = 800  # warmup steps of the schedule
     factor: float = 1.0  # scale of the schedule
     smoothing: float = 0.1  # label smoothing
     rdrop: float = 0.0  # R-Drop: weight alpha of the KL between two dropout passes of each batch (0: off); each step runs the model on twice the rows
@@ -75,7 +75,7 @@ class TrainConfig:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         if not (self.rdrop >= 0 and math.isfinite(self.rdrop)):
             raise ValueError(f"rdrop must be a finite number >= 0, got {self.rdrop}")
-        if not 0 <= self.cooldown <= self.epochs:
+        if self.cooldown is not None and not 0 <= self.cooldown <= self.epochs:
             raise ValueError(f"cooldown must be 0..epochs ({self.epochs}), got {self.cooldown}")
 
     def model_config(self, src_vocab: int, tgt_vocab: int,
@@ -305,6 +305,17 @@ def _cooldown_start(steps: list[int], epochs: int, cooldown: int) -> float:
     "The step where a cooldown of `cooldown` epochs begins (infinity without one), from `planned_steps`."
     return sum(steps[:epochs - cooldown]) if cooldown else math.inf
 
+def resolved_cooldown(cooldown: int | None,  # `TrainConfig.cooldown`
+                      epochs: int,  # the run's epochs
+                      steps: list[int],  # `planned_steps` of at least `epochs` epochs
+                      warmup: int,  # warmup steps of the schedule
+                      ) -> int:  # cooldown epochs
+    "A cooldown as given; for None the last fifth of the epochs (8 of the recipe's 38), or none if it would begin inside the warmup."
+    if cooldown is not None:
+        return cooldown
+    fifth = round(epochs / 5)
+    return fifth if fifth and _cooldown_start(steps, epochs, fifth) >= warmup else 0
+
 def _save_settings(out: Path, cfg: TrainConfig) -> None:
     "Write train_config.json (atomically), once everything was checked: a refused run changes no file."
     tmp = out / ".train_config.json.tmp"
@@ -376,15 +387,17 @@ def train(cfg: TrainConfig,  # the run's settings
         model = speed_up(build_model(model_config))
         model = model.to(info.device)
         optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
-        saved_schedule = (resumed["epochs"], resumed.get("cooldown", 0)) if resumed else (cfg.epochs, cfg.cooldown)
+        saved_epochs, saved_cooldown = (resumed["epochs"], resumed.get("cooldown", 0)) if resumed else (cfg.epochs, cfg.cooldown)
         # only a cooldown needs the run's length in steps (counting them cuts every epoch's batches: a second at start-up)
-        steps = planned_steps(sampler, max(cfg.epochs, saved_schedule[0]), cfg.accum_iter) \
-            if cfg.cooldown or saved_schedule[1] else []
-        start = _cooldown_start(steps, cfg.epochs, cfg.cooldown)
+        steps = planned_steps(sampler, max(cfg.epochs, saved_epochs), cfg.accum_iter) \
+            if cfg.cooldown != 0 or saved_cooldown != 0 else []
+        cooldown = resolved_cooldown(cfg.cooldown, cfg.epochs, steps, cfg.warmup)
+        saved_schedule = (saved_epochs, resolved_cooldown(saved_cooldown, saved_epochs, steps, cfg.warmup))
+        start = _cooldown_start(steps, cfg.epochs, cooldown)
         if start < cfg.warmup:
-            raise ValueError(f"a cooldown of {cfg.cooldown} epochs would begin at step {start}, inside the warmup of "
+            raise ValueError(f"a cooldown of {cooldown} epochs would begin at step {start}, inside the warmup of "
                              f"{cfg.warmup} steps: use fewer --cooldown epochs or more --epochs")
-        if cfg.cooldown:  # the last `cooldown` epochs take the rate down to 0 in a straight line
+        if cooldown:  # the last `cooldown` epochs take the rate down to 0 in a straight line
             end = sum(steps[:cfg.epochs])
             scheduler = LambdaLR(optimizer, lambda step: cooled_rate(step, model.config.d_model, cfg.factor, cfg.warmup,
                                                                      start, end))
@@ -401,7 +414,7 @@ def train(cfg: TrainConfig,  # the run's settings
                 print(f"resuming from {out / 'last'} at step {state.step}: epoch {saved['epoch'] + 2}, "
                       f"{saved.get('batches_done', 0)} batches into it")
         start_epoch, best = saved["epoch"] + 1, saved.get("best", -math.inf)  # best: val BLEU (or minus val loss) so far
-        if saved_schedule != (cfg.epochs, cfg.cooldown):
+        if saved_schedule != (cfg.epochs, cooldown):
             began = min(start, _cooldown_start(steps, *saved_schedule))
             if state.step > began:  # the rate has left equation 3 (or would now): a new schedule would make it jump
                 raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({began}): "

@@ -37,9 +37,9 @@ BAD_OPTIONS = [  # (arguments, what the one line must say)
     (["train", "--d-model", "1e9"], "--d-model: expected a whole number 2..65536, got '1e9'"),
     (["copy-task", "--seq-len", "1"], "--seq-len: expected a whole number 2..65536, got '1'"),
     (["evaluate", "--data-dir", "/tmp/" + "x" * 300], "--data-dir: /tmp/" + "x" * 300 + ": File name too long"),
-    (["translate", "--model", "pair", "x"], "--model: expected one of ensemble, student, got 'pair'"),
-    (["translate", "--model", "student", "--checkpoint", str(shipped_model_dir()), "x"], "give --checkpoint or --model, not both"),
-    (["average", "--inputs", str(shipped_model_dir("ensemble")), "--out", "x"], "an ensemble folder (ensemble.json), where one checkpoint is expected"),
+    (["translate", "--checkpoint", "", "x"], "--checkpoint: an empty path: give a folder"),
+    (["evaluate", "--checkpoint", ""], "--checkpoint: an empty path: give a folder"),
+    (["train", "--corpus-dir", ""], "--corpus-dir: an empty path: give a folder"),
 ]
 
 
@@ -108,14 +108,12 @@ def test_a_replaced_vocabulary_is_refused(tmp_path):
     assert f"{name} is not the file the checkpoint was written with" in res.stderr.decode()
 
 
-def test_the_shipped_models_are_one_option_apart():
-    "Without --checkpoint, translate uses the ensemble; --model student and --checkpoint of either folder give the same lines."
+def test_the_shipped_model_is_the_default_checkpoint():
+    "Without --checkpoint, translate uses the shipped model: the same lines as --checkpoint of its folder."
     sentences = ["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball."]
-    default, ensemble, student, student_folder = (
-        cli("translate", "--beam-size", "1", *args, *sentences)
-        for args in ([], ["--checkpoint", str(shipped_model_dir("ensemble"))], ["--model", "student"],
-                     ["--checkpoint", str(shipped_model_dir("student"))]))
-    for res in (default, ensemble, student, student_folder):
+    default, named = (cli("translate", "--beam-size", "1", *args, *sentences)
+                      for args in ([], ["--checkpoint", str(shipped_model_dir())]))
+    for res in (default, named):
         assert res.returncode == 0 and len(res.stdout.decode().splitlines()) == 2, res.stderr.decode()[-2000:]
-    assert default.stdout == ensemble.stdout and student.stdout == student_folder.stdout
+    assert default.stdout == named.stdout
 

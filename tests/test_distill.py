@@ -19,7 +19,8 @@ import distill  # noqa: E402
 from annotated_transformer.data import BOS, EOS, PAD, UNK  # noqa: E402
 from annotated_transformer.decoding import beam_search, greedy_decode_cached, sequence_score  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
-from annotated_transformer.pretrained import RECIPE, Ensemble  # noqa: E402
+from annotated_transformer.decoding import Ensemble  # noqa: E402
+from annotated_transformer.pretrained import RECIPE  # noqa: E402
 from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT  # noqa: E402
 import annotated_transformer.pretrained as pretrained  # noqa: E402
 from distill import STUDENT, STUDENT_ENSEMBLE_ONLY, STUDENT_WIDE, TEACHER_BEAM, collect, teach, teach_with_beam  # noqa: E402

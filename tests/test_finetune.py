@@ -38,7 +38,7 @@ def test_the_second_round_student_is_the_shipped_student_but_for_its_folders(tmp
 
 
 def test_the_record_is_a_run_of_these_settings():
-    record = json.loads((ROOT / "annotated_transformer" / "pretrained" / "finetune.json").read_text())
+    record = json.loads((ROOT / "results" / "finetune.json").read_text())
     assert (record["lr"], record["epochs"], record["warmup"], record["seed"]) == (LR, EPOCHS, WARMUP, SEED)
     assert [r["epoch"] for r in record["history"]] == list(range(EPOCHS + 1))  # epoch 0: the shipped weights
     assert list(record["averages"]) == [f"last {k}" for k in range(2, AVERAGE_LAST + 1)]
@@ -49,7 +49,7 @@ def test_the_rate_of_each_recorded_epoch_is_the_schedule_over_the_planned_steps(
     from annotated_transformer.decoding import Translator, shipped_model_dir
     from annotated_transformer.train import planned_steps
     from finetune import training_pairs
-    record = json.loads((ROOT / "annotated_transformer" / "pretrained" / "finetune.json").read_text())
+    record = json.loads((ROOT / "results" / "finetune.json").read_text())
     shipped = json.loads((shipped_model_dir() / "results.json").read_text())
     assert record["history"][0]["val_bleu"] == shipped["val"]["beam_1"]["bleu"]  # it started from the shipped weights
     pairs = training_pairs(Translator.from_checkpoint(shipped_model_dir(), "cpu"))

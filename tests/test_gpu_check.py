@@ -184,7 +184,7 @@ def test_the_whole_compiled_run_figures_in_the_docs_come_from_its_files():
                    f"beam 4: {results['test2016']['beam_4']['bleu']}"):
         assert figure in text, figure
     # the CPU runs of the recipe (the trained-model chapter's precision.json) and the bf16 run with the GPU run's seed
-    precision = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())
+    precision = json.loads((ROOT / "results" / "precision.json").read_text())
     best = cpu_best_epochs()
     assert len(best) == 4 and f"four CPU runs of the same recipe scored {min(best)} to {max(best)}" in text
     cpu = precision["recipe"]["bf16"]["history"]
@@ -238,7 +238,7 @@ def test_the_eager_gpu_run_figures_in_the_docs_come_from_its_files(tmp_path):
     date, gpu_name, torch_version = re.findall(r"^date +(\S+) .*\ndevice +NVIDIA (\w+) .*; torch (\d+\.\d+)", log, re.M)[0]
     assert f"One such run was made on an {gpu_name} with torch {torch_version} on {date}." in text
     # the CPU runs: the bf16 run with the same seed (the "CPU" columns), its fp32 twin, the runs with seeds 1 and 2
-    runs = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())
+    runs = json.loads((ROOT / "results" / "precision.json").read_text())
     cpu, cpu_fp32 = runs["recipe"]["bf16"]["history"], runs["recipe"]["fp32"]["history"]
     seeds = [runs[name]["bf16"]["history"] for name in ("recipe_seed1", "recipe_seed2")]
     compiled = epochs_of("train_compile_history.jsonl")
@@ -321,7 +321,7 @@ def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
     failed = judge(epochs_of("train_compile_history.jsonl"), name="gpu")
     assert failed.returncode == 1 and "best validation BLEU 40.12 in 38 epochs" in failed.stdout, failed.stdout + failed.stderr
     assert "the check asks at least 41.14" in failed.stdout
-    cpu = json.loads((ROOT / "annotated_transformer" / "pretrained" / "precision.json").read_text())["recipe"]["bf16"]
+    cpu = json.loads((ROOT / "results" / "precision.json").read_text())["recipe"]["bf16"]
     passed = judge([{**r, "precision": "bf16"} for r in cpu["history"]], name="cpu")
     assert passed.returncode == 0 and "best validation BLEU 42.69" in passed.stdout, passed.stdout + passed.stderr
     for name, history, settings, says in (

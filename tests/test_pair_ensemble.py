@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from annotated_transformer.checkpoint import SCALE_SUFFIX, weights_to_save  # noqa: E402
 from annotated_transformer.fast import speed_up  # noqa: E402
 from annotated_transformer.model import make_model  # noqa: E402
-from annotated_transformer.pretrained import Ensemble  # noqa: E402
+from annotated_transformer.decoding import Ensemble  # noqa: E402
 from pair_ensemble import LIMIT_MB, OUT, store_in_8_bits  # noqa: E402
 
 

@@ -60,7 +60,7 @@ def test_the_file_holds_the_finished_run():
     """rdrop.json is one finished run of RDROP: every epoch scored, an averaged candidate for every five consecutive
     epochs, and the optimizer steps of the recipe's seed-0 run after each epoch (the same batches in the same order)."""
     import json
-    pretrained = ROOT / "annotated_transformer" / "pretrained"
+    pretrained = ROOT / "results"
     rdrop = json.loads((pretrained / "rdrop.json").read_text())
     (run,) = rdrop["runs"]
     assert run["name"] == RDROP.out_dir and run["rdrop"] == RDROP.rdrop and run["model"] == asdict(RDROP.model)

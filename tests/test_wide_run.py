@@ -34,7 +34,7 @@ def test_fits_the_size_limit_in_float16():
 
 
 def test_the_file_holds_a_finished_run_of_each_configuration():
-    wide = json.loads((ROOT / "annotated_transformer" / "pretrained" / "wide.json").read_text())
+    wide = json.loads((ROOT / "results" / "wide.json").read_text())
     assert [run["name"] for run in wide["runs"]] == [cfg.out_dir for cfg in RUNS]
     for run, cfg in zip(wide["runs"], RUNS):
         assert run["model"] == asdict(cfg.model)

@@ -8,7 +8,7 @@ split. The two tied subword runs go on to FULL epochs: their curves decide the d
 run with dropout 0.1 goes on to the recipe's epochs: it is the shipped model's run).
 
     python tools/ablation.py run --runs-dir runs/ablation      # trains what is missing (resumes after a stop)
-    python tools/ablation.py collect --runs-dir runs/ablation  # writes annotated_transformer/pretrained/ablation.json
+    python tools/ablation.py collect --runs-dir runs/ablation  # writes results/ablation.json
 
 `run` trains one configuration after the other; on a 2-core CPU, starting the commands it prints in
 parallel, each with --threads 1, finishes sooner.
@@ -106,7 +106,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("run", "collect", "commands"))
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/ablation"))
-    parser.add_argument("--out", type=Path, default=ROOT / "annotated_transformer" / "pretrained" / "ablation.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "ablation.json")
     args = parser.parse_args()
     if args.action == "collect":
         write_json(args.out, collect(args.runs_dir))

@@ -29,11 +29,11 @@ translations instead:
    and the students come within the spread of the ensemble's greedy score but not of its beam-4 score, so the
    question is whether a wider student keeps more of the ensemble.
 5. `collect` scores the teachers, the ensemble (greedy and beam 4) and each student's candidates on val, as
-   `build_pretrained` scores candidates, and writes annotated_transformer/pretrained/distill.json, which the
+   `build_pretrained` scores candidates, and writes results/distill.json, which the
    experiments chapter (nbs/14a_experiments.ipynb) reads. The test sets are not used.
 
     python tools/distill.py run --runs-dir runs/distill      # teaches (once), then trains the students (resumes)
-    python tools/distill.py collect --runs-dir runs/distill  # writes annotated_transformer/pretrained/distill.json
+    python tools/distill.py collect --runs-dir runs/distill  # writes results/distill.json
 """
 import json
 import os
@@ -50,13 +50,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.data import load_multi30k  # noqa: E402 (the package of this checkout)
 from annotated_transformer.evaluation import bleu  # noqa: E402
+from annotated_transformer.decoding import load_ensemble  # noqa: E402
 from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, RECIPE, _sealed, averaged_candidate,  # noqa: E402
-                                              distill_corpus, hardware, load_ensemble, write_lines)
+                                              distill_corpus, hardware, write_lines)
 from annotated_transformer.experiments import seed_runs  # noqa: E402
 from annotated_transformer.pretrained import STUDENT as SHIPPED_STUDENT, TEACHERS  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
-PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
+PRETRAINED = ROOT / "results"  # the experiments' records
 PRECISION_RUNS = ROOT / "runs" / "precision"  # where tools/precision_run.py trains the bf16 seed runs
 SHORT = {BEST_CANDIDATE: "best epoch", averaged_candidate(): f"last {AVERAGE_LAST} averaged"}  # the candidates' names in a table
 OUT = PRETRAINED / "distill.json"

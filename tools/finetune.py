@@ -7,7 +7,7 @@ and falls in a straight line to 0, the recipe's label smoothing, dropout and bat
 epoch, and the average of the last epochs, by greedy BLEU on the validation split; the test sets are not used.
 
     python tools/finetune.py run --runs-dir runs/finetune       # trains (once) and writes runs/finetune/results.json
-    python tools/finetune.py collect --runs-dir runs/finetune   # writes annotated_transformer/pretrained/finetune.json
+    python tools/finetune.py collect --runs-dir runs/finetune   # writes results/finetune.json
 """
 import json
 import time
@@ -102,4 +102,4 @@ def collect(runs_dir: Path, out: Path) -> dict:
 
 
 if __name__ == "__main__":
-    run_or_collect(__doc__, run, collect, "runs/finetune", ROOT / "annotated_transformer" / "pretrained" / "finetune.json")
+    run_or_collect(__doc__, run, collect, "runs/finetune", ROOT / "results" / "finetune.json")

@@ -5,7 +5,7 @@ Beam search ranks finished hypotheses by their summed log-probability divided by
 (alpha = 0) a longer output pays for every extra token, so beam search favours short outputs; a larger alpha
 lets longer ones win. This script decodes the validation split and test2016 with beam 4 for each alpha in
 ALPHAS and writes, for each, the sacreBLEU score and the ratio of output length to reference length (the
-brevity penalty of BLEU starts below 1) into annotated_transformer/pretrained/length_penalty.json, which
+brevity penalty of BLEU starts below 1) into results/length_penalty.json, which
 the experiments chapter (nbs/14a_experiments.ipynb) reads.
 
 The default is chosen on val only: the paper's 0.6 stays unless another alpha beats it on val by more
@@ -36,7 +36,7 @@ ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0)
 PAPER_ALPHA = 0.6
 MARGIN = 0.3  # BLEU on val that another alpha must gain over the paper's to replace it
 BEAM = 4
-OUT = ROOT / "annotated_transformer" / "pretrained" / "length_penalty.json"
+OUT = ROOT / "results" / "length_penalty.json"
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:

@@ -1,7 +1,7 @@
 """How long to train, and with how much dropout: the recipe's runs on val, epoch by epoch, each epoch alone and averaged.
 
 The recipe of 14 epochs with dropout 0.1 (`RECIPE_14`; the results.json of its model is kept as
-annotated_transformer/pretrained/results_14_epochs.json) was still gaining on val at its last epoch. Four runs of
+results/results_14_epochs.json) was still gaining on val at its last epoch. Four runs of
 the recipe with seed 0 say how much longer to train:
 
 * dropout 0.1, trained on one epoch at a time until its validation loss has not improved for PATIENCE epochs;
@@ -20,7 +20,7 @@ epoch e.
 The test sets are not used.
 
     python tools/longer_run.py run --runs-dir runs/longer       # trains what is missing (resumes after a stop)
-    python tools/longer_run.py collect --runs-dir runs/longer   # writes annotated_transformer/pretrained/longer.json
+    python tools/longer_run.py collect --runs-dir runs/longer   # writes results/longer.json
 
 RECIPE is one of the last three runs. The recipe's model (its results.json kept as results_38_epochs.json; it shipped
 until a student distilled from four runs of the recipe replaced it) is `build_pretrained(RECIPE)` with out_dir set to
@@ -135,7 +135,7 @@ def collect(runs_dir: Path) -> dict:
 
 
 def main() -> None:
-    run_or_collect(__doc__, run, lambda runs_dir, out: collect(runs_dir), "runs/longer", ROOT / "annotated_transformer" / "pretrained" / "longer.json")
+    run_or_collect(__doc__, run, lambda runs_dir, out: collect(runs_dir), "runs/longer", ROOT / "results" / "longer.json")
 
 
 if __name__ == "__main__":

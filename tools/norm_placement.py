@@ -9,10 +9,10 @@ AVERAGE_LAST epoch checkpoints is scored as the shipped model's candidates are. 
 on the step only, so the first BUDGET epochs of a longer run are a run of BUDGET epochs.
 
 The pre-norm run with the recipe's own warmup is the recipe's bf16 run of the precision experiment
-(`recipe_14` in tools/precision_run.py, read from annotated_transformer/pretrained/precision.json): it is not trained again.
+(`recipe_14` in tools/precision_run.py, read from results/precision.json): it is not trained again.
 
     python tools/norm_placement.py run --runs-dir runs/norm      # trains what is missing (resumes after a stop)
-    python tools/norm_placement.py collect --runs-dir runs/norm  # writes annotated_transformer/pretrained/norm_placement.json
+    python tools/norm_placement.py collect --runs-dir runs/norm  # writes results/norm_placement.json
 """
 import json
 import sys
@@ -33,7 +33,7 @@ from precision_run import RECIPE_14, averaged_val_bleu  # noqa: E402 (tools/prec
 BUDGET = 8  # epochs every (placement, warmup) gets before the warmups are compared
 WARMUPS = (800, 1600)  # the recipe's warmup and twice as long (a peak learning rate 1/sqrt(2) as high)
 PLACEMENTS = {"post-norm": False, "pre-norm": True}  # name -> ModelConfig.pre_norm (the paper's first)
-PRECISION_JSON = ROOT / "annotated_transformer" / "pretrained" / "precision.json"
+PRECISION_JSON = ROOT / "results" / "precision.json"
 KEEP = ("epoch", "train_loss", "val_loss", "val_bleu")
 
 
@@ -103,7 +103,7 @@ def collect(runs_dir: Path) -> dict:
 
 
 def main() -> None:
-    run_or_collect(__doc__, run, lambda runs_dir, out: collect(runs_dir), "runs/norm", ROOT / "annotated_transformer" / "pretrained" / "norm_placement.json")
+    run_or_collect(__doc__, run, lambda runs_dir, out: collect(runs_dir), "runs/norm", ROOT / "results" / "norm_placement.json")
 
 
 if __name__ == "__main__":

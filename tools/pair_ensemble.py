@@ -20,7 +20,7 @@ epoch). The question is what the two give together, and whether they fit the 30 
    from those translations alone; its candidates are chosen on val, greedily, as `build_pretrained` chooses.
 
     python tools/pair_ensemble.py run --runs-dir runs/pair          # teaches (once), then trains (resumes)
-    python tools/pair_ensemble.py collect --runs-dir runs/pair      # writes annotated_transformer/pretrained/pair_ensemble.json
+    python tools/pair_ensemble.py collect --runs-dir runs/pair      # writes results/pair_ensemble.json
 """
 import json
 import sys
@@ -37,14 +37,13 @@ from ablation import finished, run_or_collect  # tools/ablation.py: a run's fini
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.checkpoint import dequantized, weights_to_save  # noqa: E402 (this checkout's package)
-from annotated_transformer.decoding import Translator, shipped_model_dir  # noqa: E402
+from annotated_transformer.decoding import Ensemble, Translator, load_ensemble, shipped_model_dir  # noqa: E402
 from annotated_transformer.evaluation import evaluate_translator  # noqa: E402
 from annotated_transformer.model import EncoderDecoder  # noqa: E402
-from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, STUDENT, Ensemble,  # noqa: E402
-                                              averaged_candidate, choose_on_val, distill_corpus, hardware, load_ensemble,
-                                              train_and_choose)
+from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, STUDENT,  # noqa: E402
+                                              averaged_candidate, choose_on_val, distill_corpus, hardware, train_and_choose)
 
-OUT = ROOT / "annotated_transformer" / "pretrained" / "pair_ensemble.json"
+OUT = ROOT / "results" / "pair_ensemble.json"
 LIMIT_MB = 30  # the most a shipped model may take (issue #22), in MB of 10^6 bytes
 PAIR = {"bf16, seed 1": ROOT / "runs" / "multi30k-bf16-seed1" / "best",  # tools/precision_run.py's seed-1 run
         "R-Drop": ROOT / "runs" / "rdrop" / "rdrop5" / "best"}  # tools/rdrop_run.py's run

@@ -5,9 +5,9 @@ with a run of the same recipe and seed under CPU bf16 autocast (`precision="bf16
 AMX or AVX512-BF16, that is also what `precision="auto"` picks):
 
 * `recipe_14`: the recipe of 14 epochs with dropout 0.1 (`RECIPE_14`), whose fp32 model's results.json is kept as
-  annotated_transformer/pretrained/results_14_epochs.json;
+  results/results_14_epochs.json;
 * `recipe`: the recipe (`RECIPE`: 38 epochs, dropout 0.2, the last 8 cooling down), whose fp32 model's results.json
-  is kept as annotated_transformer/pretrained/results_38_epochs.json (it shipped before the distilled student);
+  is kept as results/results_38_epochs.json (it shipped before the distilled student);
 * `recipe_seed1`, `recipe_seed2`: the recipe with seed 1 and seed 2, in bf16 only: more seeds, to tell a gap
   that the precision makes from one that the seed makes (fp32 runs of them would take three times as long on this CPU).
 
@@ -15,11 +15,11 @@ The learning-rate schedule depends on the step only, and the batches on the seed
 runs of a pair saw the same batches in the same order at the same learning rate: the two columns differ by the
 precision (and by the machine's kernels). Each bf16 run's candidates for a shipped model (its best epoch, and its last
 AVERAGE_LAST epoch checkpoints averaged) are scored on val as `build_pretrained` scores them; the test sets are not
-used. The comparisons go into annotated_transformer/pretrained/precision.json, which nbs/14a_experiments.ipynb reads,
+used. The comparisons go into results/precision.json, which nbs/14a_experiments.ipynb reads,
 each once its bf16 run has finished; one whose run is not there keeps what the file already holds for it.
 
     python tools/precision_run.py run --runs-dir runs/precision      # trains the runs precision.json lacks (resumes)
-    python tools/precision_run.py collect --runs-dir runs/precision  # writes annotated_transformer/pretrained/precision.json
+    python tools/precision_run.py collect --runs-dir runs/precision  # writes results/precision.json
 """
 import json
 import sys
@@ -40,7 +40,7 @@ from annotated_transformer.train import train  # noqa: E402
 
 # the recipe as the first precision comparison and the placement experiment ran it (RECIPE trains longer: tools/longer_run.py)
 RECIPE_14 = replace(RECIPE, epochs=14, cooldown=0, model=replace(RECIPE.model, dropout=0.1))
-PRETRAINED = ROOT / "annotated_transformer" / "pretrained"
+PRETRAINED = ROOT / "results"  # the experiments' records
 COMPARISONS = {  # name in precision.json: (the recipe, its fp32 run's results.json, the bf16 run's folder under --runs-dir)
     "recipe_14": (RECIPE_14, PRETRAINED / "results_14_epochs.json", "bf16-recipe"),
     "recipe": (RECIPE, PRETRAINED / "results_38_epochs.json", "bf16-recipe-38"),

@@ -12,7 +12,7 @@ script scores every average of AVERAGE_LAST consecutive epoch checkpoints by gre
 way `build_pretrained` makes its averaged candidate. The test sets are not used.
 
     python tools/rdrop_run.py run --runs-dir runs/rdrop       # trains, or resumes after a stop
-    python tools/rdrop_run.py collect --runs-dir runs/rdrop   # writes annotated_transformer/pretrained/rdrop.json
+    python tools/rdrop_run.py collect --runs-dir runs/rdrop   # writes results/rdrop.json
 """
 import sys
 from dataclasses import replace
@@ -28,7 +28,7 @@ from annotated_transformer.train import train  # noqa: E402
 
 RDROP = replace(RECIPE, out_dir="rdrop5", rdrop=5.0)
 RUNS = (RDROP,)  # out_dir: the run's folder under --runs-dir, and its name in rdrop.json
-OUT = ROOT / "annotated_transformer" / "pretrained" / "rdrop.json"
+OUT = ROOT / "results" / "rdrop.json"
 
 
 def run(runs_dir: Path) -> None:

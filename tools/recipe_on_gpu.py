@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.pretrained import RECIPE  # noqa: E402 (the package of this checkout)
 
-CPU_RUNS = ROOT / "annotated_transformer" / "pretrained" / "precision.json"
+CPU_RUNS = ROOT / "results" / "precision.json"
 MARGIN = 1.0  # BLEU below the lowest CPU run that fails the check
 SETTINGS = ("subwords", "min_freq", "max_tokens", "epochs", "cooldown", "warmup", "factor", "smoothing", "rdrop", "seed")
 ADDED = {"rdrop": 0.0}  # settings newer than some runs: a train_config.json without one trained with this value

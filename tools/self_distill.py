@@ -8,7 +8,7 @@ candidates (best epoch, last 5 averaged) are scored on val, greedily, as `build_
 sets are not used. Whether a student can pass a teacher of its own size is the question.
 
     python tools/self_distill.py run --runs-dir runs/self_distill      # teaches (once), then trains (resumes)
-    python tools/self_distill.py collect --runs-dir runs/self_distill  # writes annotated_transformer/pretrained/self_distill.json
+    python tools/self_distill.py collect --runs-dir runs/self_distill  # writes results/self_distill.json
 """
 import json
 import sys
@@ -25,7 +25,7 @@ from annotated_transformer.decoding import shipped_model_dir  # noqa: E402 (the 
 from annotated_transformer.pretrained import (AVERAGE_LAST, BEST_CANDIDATE, STUDENT, averaged_candidate,  # noqa: E402
                                               choose_on_val, distill_corpus, hardware, train_and_choose)
 
-OUT = ROOT / "annotated_transformer" / "pretrained" / "self_distill.json"
+OUT = ROOT / "results" / "self_distill.json"
 
 
 def student(runs_dir: Path):

@@ -17,7 +17,7 @@ consecutive epoch checkpoints by greedy BLEU on the validation split, the way `b
 candidate. The test sets are not used.
 
     python tools/wide_run.py run --runs-dir runs/wide       # trains both, or resumes after a stop
-    python tools/wide_run.py collect --runs-dir runs/wide   # writes annotated_transformer/pretrained/wide.json
+    python tools/wide_run.py collect --runs-dir runs/wide   # writes results/wide.json
 """
 import json
 import sys
@@ -43,7 +43,7 @@ WIDE = TrainConfig(out_dir="d384", subwords=8000, model=ModelConfig(N=3, d_model
                    min_freq=2, max_tokens=2500, epochs=38, cooldown=8, warmup=800, smoothing=0.1, seed=0)
 WIDE_02 = replace(WIDE, out_dir="d384_dropout02", model=replace(WIDE.model, dropout=0.2))
 RUNS = (WIDE, WIDE_02)  # out_dir: the run's folder under --runs-dir, and its name in wide.json
-OUT = ROOT / "annotated_transformer" / "pretrained" / "wide.json"
+OUT = ROOT / "results" / "wide.json"
 
 
 def run(runs_dir: Path) -> None:
