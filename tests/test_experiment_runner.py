@@ -1,0 +1,99 @@
+"""tools/experiment.py, the one runner of experiments: a file of settings in, a record out, no Python per experiment."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import experiment  # noqa: E402  (tools/experiment.py)
+
+from annotated_transformer.train import TrainConfig  # noqa: E402
+
+TINY = {"epochs": 1, "max_steps": 1, "val_bleu_sentences": 5, "model": {"N": 1, "d_model": 32, "d_ff": 64, "h": 2}}
+
+
+def write(folder: Path, name: str, spec: dict) -> Path:
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_a_new_experiment_file_runs_without_python_changes(tmp_path, capsys):
+    "A file written now, of two tiny runs for one step each: trained, scored on val, the choice scored on test."
+    path = write(tmp_path, "smoke", {"question": "Does a new file run?", "recipe": TINY,
+                                     "runs": {"plain": {}, "no smoothing": {"smoothing": 0.0}},
+                                     "measure": {"beams": [1, 2], "limit": 6}})
+    out = tmp_path / "record.json"
+    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["question"] == "Does a new file run?" and [r["name"] for r in record["runs"]] == ["plain", "no smoothing"]
+    for run in record["runs"]:
+        assert run["history"] and run["history"][0]["step"] == 1  # one optimizer step, as the file asked
+        assert {k for c in run["candidates"].values() for k in c["val"]} == {"beam_1", "beam_2"}
+        assert all(c["val"]["beam_1"]["sentences"] == 6 for c in run["candidates"].values())
+    by_name = {r["name"]: r for r in record["runs"]}
+    assert by_name["no smoothing"]["settings"]["smoothing"] == 0.0 and by_name["plain"]["settings"]["smoothing"] == 0.1
+    chosen = record["chosen"]
+    tested = [(r["name"], name) for r in record["runs"] for name, c in r["candidates"].items() if "test" in c]
+    assert tested == [(chosen["run"], chosen["candidate"])]  # test2016 scores the choice only
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_continued_run_starts_from_the_finished_run(tmp_path):
+    "A run that continues another is a copy of its folder trained on: its first epoch is the source's."
+    corpus = tmp_path / "corpus"  # a small corpus of its own, so that whole epochs take a second
+    corpus.mkdir()
+    for split, n in (("train", 60), ("val", 8), ("test", 8)):
+        (corpus / f"{split}.de").write_text("".join(f"ein hund {i} rennt .\n" for i in range(n)))
+        (corpus / f"{split}.en").write_text("".join(f"a dog {i} runs .\n" for i in range(n)))
+    spec = {"recipe": {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
+                       "min_freq": 1, "max_tokens": 400},
+            "runs": {"one epoch": {}, "two epochs": {"continues": "one epoch", "epochs": 2}}}
+    planned = experiment.planned_runs(spec, write(tmp_path, "longer", spec), tmp_path / "runs")
+    assert planned[1]["continues"] == Path(planned[0]["config"].out_dir)
+    experiment.train_runs(planned, None)
+    first, second = (experiment.history(Path(run["config"].out_dir)) for run in planned)
+    assert len(first) == 1 and len(second) == 2 and second[0] == first[0]
+
+
+def test_runs_with_the_same_settings_share_a_folder(tmp_path):
+    "The folder of a run is named by the settings it changes, so experiments that need one run train it once."
+    spec = {"runs": {"the recipe": {}, "again": {"cooldown": None}, "fp32": {"precision": "fp32"}}}
+    planned = experiment.planned_runs(spec, write(tmp_path, "x", spec), tmp_path)
+    assert [Path(r["config"].out_dir).name for r in planned] == ["recipe", "recipe", "precision-fp32"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.json")), ids=lambda p: p.stem)
+def test_every_experiment_file_is_the_recipe_plus_what_it_changes(path):
+    spec = experiment.read_experiment(path)
+    assert spec.get("question", "").endswith("?"), "each experiment answers one question"
+    for run in experiment.planned_runs(spec, path, Path("runs")):
+        assert isinstance(run["config"], TrainConfig)
+
+
+BAD = [
+    ({"runs": {"a": {"smoothin": 0.0}}}, "smoothin is not a setting"),
+    ({"runs": {"a": {"model": {"width": 3}}}}, "model must hold ModelConfig fields"),
+    ({"runs": {}}, 'expected an object with "runs"'),
+    ({"runs": {"a": {}}, "seed": [1]}, "unknown keys ['seed']"),
+    ({"runs": {"a": {}}, "seeds": [0.5]}, "seeds must be a list of whole numbers"),
+    ({"runs": {"a": {"continues": "b"}}}, "run 'a' continues 'b', which is not another run"),
+    ({"runs": {"a": {"epochs": 2, "cooldown": 5}}}, "cooldown must be 0..epochs (2)"),
+    ({"runs": {"a": {}}, "measure": {"beam": [4]}}, "measure takes"),
+]
+
+
+@pytest.mark.parametrize("spec, says", BAD, ids=[s for _, s in BAD])
+def test_a_bad_experiment_file_is_one_line_and_exit_2(tmp_path, capsys, spec, says):
+    assert experiment.main([str(write(tmp_path, "bad", spec)), "--runs-dir", str(tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1, err
+    assert not (tmp_path / "recipe").exists()
+
+
+def test_a_file_that_is_not_json_is_one_line(tmp_path, capsys):
+    (tmp_path / "broken.json").write_text("{runs: ")
+    assert experiment.main([str(tmp_path / "broken.json"), "--dry-run"]) == 2
+    assert "cannot read it as JSON" in capsys.readouterr().err

@@ -1,0 +1,266 @@
+"""Run an experiment on the recipe, described by one JSON file in experiments/, and write its record.
+
+An experiment file says what a reader's question needs, and nothing else:
+
+    {"question": "Does label smoothing help?",        # what the record answers
+     "recipe": {"epochs": 14, "cooldown": 0},         # changes every run makes to the recipe (optional)
+     "runs": {"recipe": {},                           # run name -> the settings it changes ({} : the recipe itself)
+              "no smoothing": {"smoothing": 0.0},
+              "longer": {"continues": "recipe", "epochs": 22}},   # a copy of a finished run, trained on
+     "seeds": [0, 1],                                 # each run once per seed (default [0])
+     "measure": {"average_last": 5,                   # candidates: the best epoch, and the last N averaged (0: none)
+                 "beams": [1, 4],                     # val BLEU of every candidate with these beam sizes
+                 "curve": false,                      # also the greedy val BLEU of every N consecutive epochs averaged
+                 "limit": null}}                      # only the first N val/test sentences (smoke tests)
+
+Settings are `TrainConfig` fields; "model" holds `ModelConfig` fields. Every run trains with `train` (it resumes
+after a stop), in a folder of --runs-dir named by the settings it changes, so that experiments share a run they both
+need (the recipe itself is --runs-dir/recipe). Then each run's candidates are scored on val; the
+candidate with the best greedy val BLEU is the run's choice, and the run whose choice scores best is the experiment's
+choice, the only one scored on test2016. The record goes to --out (default results/experiments/<experiment>.json):
+the file's contents, and for every run its settings, its per-epoch history and its candidates' scores.
+
+    python tools/experiment.py experiments/label_smoothing.json            # train what is missing, then record
+    python tools/experiment.py experiments/label_smoothing.json --dry-run  # the runs and their changed settings
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from annotated_transformer.model import ModelConfig  # noqa: E402 (the package of this checkout)
+
+EXPERIMENT_KEYS = {"question", "recipe", "runs", "seeds", "measure"}
+MEASURE_KEYS = {"average_last", "beams", "limit", "curve"}
+RUN_ONLY_KEYS = {"continues"}  # what a run may say beside settings
+NOT_SETTINGS = {"out_dir", "data_dir"}  # the runner places every run itself
+
+
+class ExperimentError(ValueError):
+    "An experiment file that cannot run: one line, exit status 2."
+
+
+def settings_fields() -> set[str]:
+    from annotated_transformer.train import TrainConfig
+    return {f.name for f in fields(TrainConfig)} - NOT_SETTINGS
+
+
+def changed(base, changes: dict, where: str):
+    "`base` (a TrainConfig) with `changes`: TrainConfig fields, and `model` for ModelConfig fields."
+    unknown = sorted(set(changes) - settings_fields())
+    if unknown:
+        raise ExperimentError(f"{where}: {', '.join(unknown)} is not a setting (expected TrainConfig fields: "
+                              f"{', '.join(sorted(settings_fields()))})")
+    model = changes.get("model", {})
+    if not isinstance(model, dict) or set(model) - {f.name for f in fields(ModelConfig)}:
+        raise ExperimentError(f"{where}: model must hold ModelConfig fields, got {model!r}")
+    try:
+        return replace(base, **{k: v for k, v in changes.items() if k != "model"}, model=replace(base.model, **model))
+    except (TypeError, ValueError) as e:
+        raise ExperimentError(f"{where}: {e}") from None
+
+
+def read_experiment(path: Path) -> dict:
+    "The experiment file, checked: its keys, its runs' settings, what a run continues."
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ExperimentError(f"{path}: cannot read it as JSON ({e})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("runs"), dict) or not spec["runs"]:
+        raise ExperimentError(f"{path}: expected an object with \"runs\": {{name: settings it changes}}")
+    if set(spec) - EXPERIMENT_KEYS:
+        raise ExperimentError(f"{path}: unknown keys {sorted(set(spec) - EXPERIMENT_KEYS)} (expected {sorted(EXPERIMENT_KEYS)})")
+    if set(spec.get("measure", {})) - MEASURE_KEYS:
+        raise ExperimentError(f"{path}: measure takes {sorted(MEASURE_KEYS)}, got {sorted(spec['measure'])}")
+    seeds = spec.get("seeds", [0])
+    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        raise ExperimentError(f"{path}: seeds must be a list of whole numbers, got {seeds!r}")
+    for name, run in spec["runs"].items():
+        if not isinstance(run, dict):
+            raise ExperimentError(f"{path}: run {name!r} must be an object of the settings it changes")
+        source = run.get("continues")
+        if source is not None and (source not in spec["runs"] or source == name or "continues" in spec["runs"][source]):
+            raise ExperimentError(f"{path}: run {name!r} continues {source!r}, which is not another run of this file "
+                                  "that starts from scratch")
+    return spec
+
+
+def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
+    "Every (run, seed) with its TrainConfig, its folder and the run it continues, in the file's order."
+    from annotated_transformer.train import TrainConfig
+    base = changed(TrainConfig(), spec.get("recipe", {}), f"{path}: recipe")  # TrainConfig's defaults are the recipe
+    planned = []
+    for seed in spec.get("seeds", [0]):
+        configs = {name: changed(replace(base, seed=seed), {k: v for k, v in run.items() if k not in RUN_ONLY_KEYS},
+                                 f"{path}: run {name!r}") for name, run in spec["runs"].items()}
+        for name, cfg in configs.items():
+            source = spec["runs"][name].get("continues")
+            planned.append({"name": name, "seed": seed, "config": replace(cfg, out_dir=str(runs_dir / folder_name(cfg))),
+                            "continues": None if source is None else runs_dir / folder_name(configs[source])})
+    return planned
+
+
+def folder_name(cfg) -> str:
+    """A run's folder, named by the settings it changes ("recipe" for none): experiments that need the same run share
+    it, and train it once."""
+    from annotated_transformer.train import TrainConfig
+    flat = differences(cfg, TrainConfig())
+    flat = {**{k: v for k, v in flat.items() if k != "model"}, **{f"model.{k}": v for k, v in flat.get("model", {}).items()}}
+    name = "_".join(f"{k}-{v}" for k, v in sorted(flat.items())) or "recipe"
+    name = re.sub(r"[^A-Za-z0-9._-]", "", name)
+    return name if len(name) <= 120 else hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
+def differences(cfg, base) -> dict:
+    "The settings of `cfg` that differ from `base`'s (model fields by name), folders left out."
+    new, old = asdict(cfg), asdict(base)
+    found = {k: v for k, v in new.items() if k not in NOT_SETTINGS | {"model"} and v != old[k]}
+    model = {k: v for k, v in new["model"].items() if v != old["model"][k]}
+    return {**found, **({"model": model} if model else {})}
+
+
+def continue_from(finished_run: Path, cfg) -> None:
+    "Start the run of `cfg` as a copy of `finished_run`, written aside and moved in whole."
+    from annotated_transformer.checkpoint import RUN_SETTINGS
+    out = Path(cfg.out_dir)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(finished_run, tmp, ignore=lambda folder, names: [n for n in names if n == ".lock" or n.startswith("avg")])
+    (tmp / RUN_SETTINGS).write_text(json.dumps(asdict(cfg), indent=2))
+    os.replace(tmp, out)
+
+
+def train_runs(planned: list[dict], data_dir: str | None) -> None:
+    "Train (or resume) every run; a continued run starts as a copy of its source once that has finished."
+    from annotated_transformer.train import train
+    for run in planned:
+        cfg = replace(run["config"], data_dir=data_dir)
+        if run["continues"] is not None and not Path(cfg.out_dir).exists():
+            continue_from(run["continues"], cfg)
+        train(cfg)
+
+
+def history(folder: Path) -> list[dict]:
+    "A run's per-epoch records (a stop mid-epoch, or max_steps, logs a partial one, marked so)."
+    f = folder / "history.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+
+
+def averaged_curve(folder: Path, average_last: int, limit: int | None, data_dir: str | None) -> list[dict]:
+    "Greedy val BLEU of the average of each `average_last` consecutive epoch checkpoints, by the last epoch averaged."
+    from annotated_transformer.evaluation import average_checkpoints
+    epochs = sorted(int(p.name.split("_")[1]) for p in folder.glob("epoch_[0-9][0-9][0-9]"))
+    curve = []
+    for last in epochs[average_last - 1:]:
+        with tempfile.TemporaryDirectory() as tmp:
+            averaged = average_checkpoints([folder / f"epoch_{e:03d}" for e in range(last - average_last + 1, last + 1)],
+                                           Path(tmp) / "avg")
+            curve.append({"epoch": last, "val": score(averaged, "val", [1], limit, data_dir)})
+    return curve
+
+
+def score(checkpoint: Path, split: str, beams: list[int], limit: int | None, data_dir: str | None) -> dict:
+    "BLEU and <unk> written, for each beam size."
+    from annotated_transformer.decoding import Translator
+    from annotated_transformer.evaluation import evaluate_translator
+    translator = Translator.from_checkpoint(checkpoint, "cpu")
+    scored = {}
+    for beam in beams:
+        r = evaluate_translator(translator, split, data_dir, beam_size=beam, limit=limit)
+        scored[f"beam_{beam}"] = {"bleu": round(r["bleu"], 2), "unk": r["unk"], "sentences": r["sentences"]}
+    return scored
+
+
+def candidates(folder: Path, average_last: int) -> dict[str, Path]:
+    "A run's candidates: its best epoch, and the average of its last `average_last` epoch checkpoints (if it has them)."
+    from annotated_transformer.evaluation import average_checkpoints, last_checkpoints
+    from annotated_transformer.pretrained import BEST_CANDIDATE, averaged_candidate
+    found = {BEST_CANDIDATE: folder / "best"}
+    if average_last > 1 and len(list(folder.glob("epoch_[0-9][0-9][0-9]"))) >= average_last:
+        found[averaged_candidate(average_last)] = average_checkpoints(last_checkpoints(folder, average_last),
+                                                                      folder / f"avg{average_last}")
+    return found
+
+
+def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) -> dict:
+    "Every run's settings, history and candidates scored on val; the choice, scored on test2016."
+    import torch
+    from annotated_transformer.pretrained import hardware
+    measure = {"average_last": 5, "beams": [1, 4], "curve": False, "limit": None, **spec.get("measure", {})}
+    beams, limit = sorted(set(measure["beams"]) | {1}), measure["limit"]  # greedy always: it chooses
+    runs, best = [], None
+    for run in planned:
+        folder = Path(run["config"].out_dir)
+        epochs = history(folder)
+        finished = [r for r in epochs if not r.get("partial")]
+        if len(finished) < run["config"].epochs and run["config"].max_steps is None:
+            raise ExperimentError(f"{folder} has {len(finished)} of its {run['config'].epochs} epochs: train it first")
+        scored = {name: {"val": score(c, "val", beams, limit, data_dir)}
+                  for name, c in candidates(folder, measure["average_last"]).items()}
+        chosen = max(scored, key=lambda name: scored[name]["val"]["beam_1"]["bleu"])
+        settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
+        runs.append({"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
+                     "candidates": scored, "chosen": chosen, "checkpoint": str(folder),
+                     **({"averaged_curve": averaged_curve(folder, measure["average_last"], limit, data_dir)}
+                        if measure["curve"] else {})})
+        if best is None or scored[chosen]["val"]["beam_1"]["bleu"] > best[1]:
+            best = (len(runs) - 1, scored[chosen]["val"]["beam_1"]["bleu"])
+    winner = runs[best[0]]
+    winner["candidates"][winner["chosen"]]["test"] = score(candidates(Path(winner["checkpoint"]), measure["average_last"])
+                                                           [winner["chosen"]], "test", beams, limit, data_dir)
+    for r in runs:
+        del r["checkpoint"]  # a folder of this machine: not part of the record
+    return {"experiment": path.stem, **spec, "measure": measure,
+            "metric": "cased detokenized sacreBLEU; val chooses, test2016 only for the chosen run",
+            "chosen": {"run": winner["name"], "seed": winner["seed"], "candidate": winner["chosen"]},
+            "hardware": hardware(), "torch": torch.__version__, "runs": runs}
+
+
+def write_json(path: Path, data: dict) -> None:
+    "Write `data` as indented JSON, atomically: a stop in the middle leaves the previous file."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    os.replace(f.name, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("file", type=Path, help="the experiment file, e.g. experiments/label_smoothing.json")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/experiments"), help="where the runs train (default: runs/experiments)")
+    parser.add_argument("--out", type=Path, default=None, help="the record (default: results/experiments/<experiment>.json)")
+    parser.add_argument("--data-dir", default=None, help="Multi30k files on disk (default: the data folder, or a download)")
+    parser.add_argument("--dry-run", action="store_true", help="print the runs and the settings they change, train nothing")
+    args = parser.parse_args(argv)
+    from annotated_transformer.train import TrainingStopped
+    try:
+        spec = read_experiment(args.file)
+        planned = planned_runs(spec, args.file, args.runs_dir)
+        if args.dry_run:
+            from annotated_transformer.train import TrainConfig
+            for run in planned:
+                print(f"{run['config'].out_dir}: {json.dumps(differences(run['config'], TrainConfig()))}")
+            return 0
+        train_runs(planned, args.data_dir)
+        out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
+        write_json(out, record(spec, args.file, planned, args.data_dir))
+        print(f"wrote {out}")
+        return 0
+    except ExperimentError as e:
+        print(f"experiment.py: {e}", file=sys.stderr)
+        return 2
+    except TrainingStopped as stopped:  # Ctrl-C or SIGTERM: the checkpoint is saved, the same command resumes
+        print(f"experiment.py: {stopped}", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
