@@ -43,11 +43,7 @@ def test_a_new_experiment_file_runs_without_python_changes(tmp_path, capsys):
 
 def test_a_continued_run_starts_from_the_finished_run(tmp_path):
     "A run that continues another is a copy of its folder trained on: its first epoch is the source's."
-    corpus = tmp_path / "corpus"  # a small corpus of its own, so that whole epochs take a second
-    corpus.mkdir()
-    for split, n in (("train", 60), ("val", 8), ("test", 8)):
-        (corpus / f"{split}.de").write_text("".join(f"ein hund {i} rennt .\n" for i in range(n)))
-        (corpus / f"{split}.en").write_text("".join(f"a dog {i} runs .\n" for i in range(n)))
+    corpus = tiny_corpus(tmp_path / "corpus")
     spec = {"recipe": {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
                        "min_freq": 1, "max_tokens": 400},
             "runs": {"one epoch": {}, "two epochs": {"continues": "one epoch", "epochs": 2}}}
@@ -56,6 +52,39 @@ def test_a_continued_run_starts_from_the_finished_run(tmp_path):
     experiment.train_runs(planned, None)
     first, second = (experiment.history(Path(run["config"].out_dir)) for run in planned)
     assert len(first) == 1 and len(second) == 2 and second[0] == first[0]
+
+
+def test_distillation_and_an_ensemble_are_steps_of_a_file(tmp_path):
+    "A student trained on its teachers' translations, and two runs decoded together in 8 bits, from one file."
+    corpus = tiny_corpus(tmp_path / "corpus")
+    spec = {"recipe": {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
+                       "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0},
+            "runs": {"a": {}, "b": {"seed": 1}, "student": {"distilled_from": ["a", "b"]}},
+            "ensembles": {"a and b": {"members": ["a", "b"], "dtype": "int8"}},
+            "measure": {"beams": [1], "average_last": 0, "limit": 4}}
+    path = write(tmp_path, "distil", spec)
+    out = tmp_path / "record.json"
+    with pytest.MonkeyPatch.context() as mp:  # the teachers translate this corpus's training side (scores use Multi30k's val)
+        from annotated_transformer import pretrained
+        from annotated_transformer.data import load_parallel
+        mp.setattr(pretrained, "load_multi30k", lambda split, data_dir=None: load_parallel(corpus, split, "de", "en"))
+        assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    student = next(r for r in record["runs"] if r["name"] == "student")
+    assert Path(student["settings"]["corpus_dir"]).parent == tmp_path / "runs"  # the teachers' corpus, not the references
+    translated = (Path(student["settings"]["corpus_dir"]) / "train.en").read_text().splitlines()
+    assert len(translated) == 60 and translated != (corpus / "train.en").read_text().splitlines()
+    (ensemble,) = record["ensembles"]
+    assert ensemble["members"] == ["a", "b"] and ensemble["dtype"] == "int8" and ensemble["val"]["beam_1"]["sentences"] == 4
+
+
+def tiny_corpus(corpus: Path) -> Path:
+    "A small corpus of its own, so that whole epochs take a second."
+    corpus.mkdir()
+    for split, n in (("train", 60), ("val", 8), ("test", 8)):
+        (corpus / f"{split}.de").write_text("".join(f"ein hund {i} rennt .\n" for i in range(n)))
+        (corpus / f"{split}.en").write_text("".join(f"a dog {i} runs .\n" for i in range(n)))
+    return corpus
 
 
 def test_runs_with_the_same_settings_share_a_folder(tmp_path):
@@ -82,6 +111,9 @@ BAD = [
     ({"runs": {"a": {"continues": "b"}}}, "run 'a' continues 'b', which is not another run"),
     ({"runs": {"a": {"epochs": 2, "cooldown": 5}}}, "cooldown must be 0..epochs (2)"),
     ({"runs": {"a": {}}, "measure": {"beam": [4]}}, "measure takes"),
+    ({"runs": {"a": {"distilled_from": ["b"]}, "b": {}}}, "is distilled from ['b']: expected runs named before it"),
+    ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a", "c"]}}}, "ensemble 'x' needs \"members\""),
+    ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a"], "dtype": "int4"}}}, "dtype must be one of"),
 ]
 
 

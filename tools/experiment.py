@@ -6,7 +6,11 @@ An experiment file says what a reader's question needs, and nothing else:
      "recipe": {"epochs": 14, "cooldown": 0},         # changes every run makes to the recipe (optional)
      "runs": {"recipe": {},                           # run name -> the settings it changes ({} : the recipe itself)
               "no smoothing": {"smoothing": 0.0},
-              "longer": {"continues": "recipe", "epochs": 22}},   # a copy of a finished run, trained on
+              "longer": {"continues": "recipe", "epochs": 22},    # a copy of a finished run, trained on
+              "student": {"distilled_from": ["recipe", "no smoothing"], "teacher_beam": 1}},
+                                                      # trained on the teachers' ensemble translations of the training set
+     "ensembles": {"both": {"members": ["recipe", "no smoothing"], "dtype": "int8"}},
+                                                      # runs decoded together, weights stored in dtype; scored as a run
      "seeds": [0, 1],                                 # each run once per seed (default [0])
      "measure": {"average_last": 5,                   # candidates: the best epoch, and the last N averaged (0: none)
                  "beams": [1, 4],                     # val BLEU of every candidate with these beam sizes
@@ -38,9 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.model import ModelConfig  # noqa: E402 (the package of this checkout)
 
-EXPERIMENT_KEYS = {"question", "recipe", "runs", "seeds", "measure"}
+EXPERIMENT_KEYS = {"question", "recipe", "runs", "seeds", "measure", "ensembles"}
 MEASURE_KEYS = {"average_last", "beams", "limit", "curve"}
-RUN_ONLY_KEYS = {"continues"}  # what a run may say beside settings
+RUN_ONLY_KEYS = {"continues", "distilled_from", "teacher_beam"}  # what a run may say beside settings
+DTYPES = ("float32", "float16", "int8")  # how an ensemble's members are stored (torch dtypes of these names)
 NOT_SETTINGS = {"out_dir", "data_dir"}  # the runner places every run itself
 
 
@@ -83,6 +88,7 @@ def read_experiment(path: Path) -> dict:
     seeds = spec.get("seeds", [0])
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
         raise ExperimentError(f"{path}: seeds must be a list of whole numbers, got {seeds!r}")
+    names = list(spec["runs"])
     for name, run in spec["runs"].items():
         if not isinstance(run, dict):
             raise ExperimentError(f"{path}: run {name!r} must be an object of the settings it changes")
@@ -90,6 +96,15 @@ def read_experiment(path: Path) -> dict:
         if source is not None and (source not in spec["runs"] or source == name or "continues" in spec["runs"][source]):
             raise ExperimentError(f"{path}: run {name!r} continues {source!r}, which is not another run of this file "
                                   "that starts from scratch")
+        teachers = run.get("distilled_from", [])
+        if not isinstance(teachers, list) or any(t not in names[:names.index(name)] for t in teachers):
+            raise ExperimentError(f"{path}: run {name!r} is distilled from {teachers!r}: expected runs named before it")
+    for name, ensemble in spec.get("ensembles", {}).items():
+        members = ensemble.get("members") if isinstance(ensemble, dict) else None
+        if not (isinstance(members, list) and members and all(m in spec["runs"] for m in members)):
+            raise ExperimentError(f"{path}: ensemble {name!r} needs \"members\": a list of this file's runs, got {members!r}")
+        if ensemble.get("dtype", "float32") not in DTYPES:
+            raise ExperimentError(f"{path}: ensemble {name!r}: dtype must be one of {', '.join(DTYPES)}")
     return spec
 
 
@@ -99,12 +114,20 @@ def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
     base = changed(TrainConfig(), spec.get("recipe", {}), f"{path}: recipe")  # TrainConfig's defaults are the recipe
     planned = []
     for seed in spec.get("seeds", [0]):
-        configs = {name: changed(replace(base, seed=seed), {k: v for k, v in run.items() if k not in RUN_ONLY_KEYS},
-                                 f"{path}: run {name!r}") for name, run in spec["runs"].items()}
-        for name, cfg in configs.items():
-            source = spec["runs"][name].get("continues")
+        configs = {}
+        for name, run in spec["runs"].items():
+            cfg = changed(replace(base, seed=seed), {k: v for k, v in run.items() if k not in RUN_ONLY_KEYS},
+                          f"{path}: run {name!r}")
+            teachers = [runs_dir / folder_name(configs[t]) for t in run.get("distilled_from", [])]
+            if teachers:  # the teachers' translations are the corpus: a folder named by the teachers and their beam
+                corpus = "corpus-" + hashlib.sha256(json.dumps([[t.name for t in teachers], run.get("teacher_beam", 1)])
+                                                    .encode()).hexdigest()[:12]
+                cfg = replace(cfg, corpus_dir=str(runs_dir / corpus))
+            configs[name] = cfg
+            source = run.get("continues")
             planned.append({"name": name, "seed": seed, "config": replace(cfg, out_dir=str(runs_dir / folder_name(cfg))),
-                            "continues": None if source is None else runs_dir / folder_name(configs[source])})
+                            "continues": None if source is None else runs_dir / folder_name(configs[source]),
+                            "teachers": teachers, "teacher_beam": run.get("teacher_beam", 1)})
     return planned
 
 
@@ -113,7 +136,8 @@ def folder_name(cfg) -> str:
     it, and train it once."""
     from annotated_transformer.train import TrainConfig
     flat = differences(cfg, TrainConfig())
-    flat = {**{k: v for k, v in flat.items() if k != "model"}, **{f"model.{k}": v for k, v in flat.get("model", {}).items()}}
+    flat = {**{k: Path(v).name if k == "corpus_dir" else v for k, v in flat.items() if k != "model"},  # a corpus by its name
+            **{f"model.{k}": v for k, v in flat.get("model", {}).items()}}
     name = "_".join(f"{k}-{v}" for k, v in sorted(flat.items())) or "recipe"
     name = re.sub(r"[^A-Za-z0-9._-]", "", name)
     return name if len(name) <= 120 else hashlib.sha256(name.encode()).hexdigest()[:16]
@@ -138,13 +162,18 @@ def continue_from(finished_run: Path, cfg) -> None:
     os.replace(tmp, out)
 
 
-def train_runs(planned: list[dict], data_dir: str | None) -> None:
-    "Train (or resume) every run; a continued run starts as a copy of its source once that has finished."
+def train_runs(planned: list[dict], data_dir: str | None, average_last: int = 5, limit: int | None = None) -> None:
+    """Train (or resume) every run, in order. A continued run starts as a copy of its source once that has finished;
+    a distilled run trains on its teachers' translations, each teacher the candidate its run chooses on val."""
+    from annotated_transformer.pretrained import distill_corpus
     from annotated_transformer.train import train
     for run in planned:
         cfg = replace(run["config"], data_dir=data_dir)
         if run["continues"] is not None and not Path(cfg.out_dir).exists():
             continue_from(run["continues"], cfg)
+        if run["teachers"]:
+            chosen = [choice(teacher, average_last, limit, data_dir)[1] for teacher in run["teachers"]]
+            distill_corpus(chosen, cfg.corpus_dir, data_dir, beam_size=run["teacher_beam"])
         train(cfg)
 
 
@@ -167,16 +196,24 @@ def averaged_curve(folder: Path, average_last: int, limit: int | None, data_dir:
     return curve
 
 
-def score(checkpoint: Path, split: str, beams: list[int], limit: int | None, data_dir: str | None) -> dict:
-    "BLEU and <unk> written, for each beam size."
-    from annotated_transformer.decoding import Translator
+def score(checkpoint: Path | list[Path], split: str, beams: list[int], limit: int | None, data_dir: str | None) -> dict:
+    "BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble)."
+    from annotated_transformer.decoding import Translator, load_ensemble
     from annotated_transformer.evaluation import evaluate_translator
-    translator = Translator.from_checkpoint(checkpoint, "cpu")
+    translator = load_ensemble(checkpoint, "cpu") if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint, "cpu")
     scored = {}
     for beam in beams:
         r = evaluate_translator(translator, split, data_dir, beam_size=beam, limit=limit)
         scored[f"beam_{beam}"] = {"bleu": round(r["bleu"], 2), "unk": r["unk"], "sentences": r["sentences"]}
     return scored
+
+
+def choice(folder: Path, average_last: int, limit: int | None, data_dir: str | None) -> tuple[str, Path, dict]:
+    "The candidate a run chooses by greedy val BLEU: its name, its folder, and every candidate's greedy val score."
+    found = candidates(folder, average_last)
+    greedy = {name: score(c, "val", [1], limit, data_dir)["beam_1"]["bleu"] for name, c in found.items()}
+    best = max(greedy, key=greedy.get)
+    return best, found[best], greedy
 
 
 def candidates(folder: Path, average_last: int) -> dict[str, Path]:
@@ -213,15 +250,49 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
                         if measure["curve"] else {})})
         if best is None or scored[chosen]["val"]["beam_1"]["bleu"] > best[1]:
             best = (len(runs) - 1, scored[chosen]["val"]["beam_1"]["bleu"])
-    winner = runs[best[0]]
-    winner["candidates"][winner["chosen"]]["test"] = score(candidates(Path(winner["checkpoint"]), measure["average_last"])
-                                                           [winner["chosen"]], "test", beams, limit, data_dir)
+    ensembles = []
+    for name, ensemble in spec.get("ensembles", {}).items():
+        with tempfile.TemporaryDirectory() as tmp:
+            members = stored_members([r for r in runs if r["name"] in ensemble["members"]], ensemble.get("dtype", "float32"),
+                                     measure["average_last"], Path(tmp))
+            scored = {"val": score(members, "val", beams, limit, data_dir)}
+            megabytes = round(sum((m / "model.safetensors").stat().st_size for m in members) / 1e6, 2)
+            if scored["val"]["beam_1"]["bleu"] > best[1]:
+                best = (None, scored["val"]["beam_1"]["bleu"])
+                scored["test"] = score(members, "test", beams, limit, data_dir)
+        ensembles.append({"name": name, "members": ensemble["members"], "dtype": ensemble.get("dtype", "float32"),
+                          "megabytes": megabytes, **scored})
+    if best[0] is None:  # an ensemble won: its test scores were taken while its members were at hand
+        chosen = {"ensemble": max(ensembles, key=lambda e: e["val"]["beam_1"]["bleu"])["name"]}
+        for e in ensembles:
+            if e["name"] != chosen["ensemble"]:
+                e.pop("test", None)
+    else:
+        winner = runs[best[0]]
+        winner["candidates"][winner["chosen"]]["test"] = score(candidates(Path(winner["checkpoint"]), measure["average_last"])
+                                                               [winner["chosen"]], "test", beams, limit, data_dir)
+        chosen = {"run": winner["name"], "seed": winner["seed"], "candidate": winner["chosen"]}
+        for e in ensembles:
+            e.pop("test", None)
     for r in runs:
         del r["checkpoint"]  # a folder of this machine: not part of the record
     return {"experiment": path.stem, **spec, "measure": measure,
             "metric": "cased detokenized sacreBLEU; val chooses, test2016 only for the chosen run",
-            "chosen": {"run": winner["name"], "seed": winner["seed"], "candidate": winner["chosen"]},
-            "hardware": hardware(), "torch": torch.__version__, "runs": runs}
+            "chosen": chosen, "hardware": hardware(), "torch": torch.__version__, "runs": runs,
+            **({"ensembles": ensembles} if ensembles else {})}
+
+
+def stored_members(runs: list[dict], dtype: str, average_last: int, tmp: Path) -> list[Path]:
+    "Each run's chosen candidate, stored in `dtype` (chapter 7's `save_model`), so an ensemble decodes what it would ship."
+    import torch
+    from annotated_transformer.checkpoint import load_model, save_model
+    from annotated_transformer.evaluation import vocabulary_files
+    folders = []
+    for i, run in enumerate(runs):
+        chosen = candidates(Path(run["checkpoint"]), average_last)[run["chosen"]]
+        folders.append(save_model(load_model(chosen), tmp / f"member_{i}", dtype=getattr(torch, dtype),
+                                  files=vocabulary_files(chosen)))
+    return folders
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -249,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             for run in planned:
                 print(f"{run['config'].out_dir}: {json.dumps(differences(run['config'], TrainConfig()))}")
             return 0
-        train_runs(planned, args.data_dir)
+        measure = spec.get("measure", {})
+        train_runs(planned, args.data_dir, measure.get("average_last", 5), measure.get("limit"))
         out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
         write_json(out, record(spec, args.file, planned, args.data_dir))
         print(f"wrote {out}")
