@@ -6,11 +6,11 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 
 # %% auto #0
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'MANIFEST_FILE', 'SCALE_SUFFIX',
-           'VOCABULARY_FILES', 'RUN_FOLDER', 'RUN_SETTINGS', 'SIZE_LIMITS', 'FLOAT_DTYPES', 'weights_to_save',
-           'sha256_of', 'vocabulary_fingerprint', 'check_writable', 'writing_folder', 'check_manifest',
-           'recover_folder', 'recover_folders', 'save_model', 'int8_rows', 'dequantized', 'check_weights_match',
-           'read_config', 'trusted_manifest', 'model_config', 'check_stored_weights', 'load_weights', 'load_model',
-           'save_checkpoint', 'load_checkpoint']
+           'VOCABULARY_FILES', 'RUN_FOLDER', 'RUN_SETTINGS', 'FLOAT_DTYPES', 'weights_to_save', 'sha256_of',
+           'vocabulary_fingerprint', 'check_writable', 'writing_folder', 'check_manifest', 'recover_folder',
+           'recover_folders', 'save_model', 'int8_rows', 'dequantized', 'check_weights_match', 'read_config',
+           'trusted_manifest', 'model_config', 'check_stored_weights', 'load_weights', 'load_model', 'save_checkpoint',
+           'load_checkpoint']
 
 # %% ../nbs/07_checkpoint.ipynb #0c5e3719
 import fcntl
@@ -32,7 +32,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .model import EncoderDecoder, ModelConfig, build_model
+from .model import LIMITS, EncoderDecoder, ModelConfig, build_model
 from .training import TrainState
 
 # %% ../nbs/07_checkpoint.ipynb #f96476b0
@@ -291,9 +291,6 @@ def trusted_manifest(path: str | Path,  # checkpoint folder
                          "pass trust=True (--trust) to load it anyway if you know where it comes from")
     return manifest
 
-SIZE_LIMITS = {"N": 1000, "d_model": 65536, "d_ff": 1 << 20, "h": 4096, "max_len": 65536,
-               "src_vocab": 1 << 22, "tgt_vocab": 1 << 22}  # far above any model here; a typo in config.json is refused
-
 def _field_ok(value, annotation) -> bool:
     "Does a JSON value have the type of a ModelConfig field (int, float, bool, or bool | None)?"
     kinds = str(annotation)
@@ -311,9 +308,10 @@ def model_config(path: str | Path) -> ModelConfig:
     for field in fields(ModelConfig):
         if field.name in settings and not _field_ok(settings[field.name], field.type):
             raise ValueError(f"{f}: model.{field.name} is {settings[field.name]!r}, expected {field.type}")
-        limit = SIZE_LIMITS.get(field.name)
-        if limit and settings.get(field.name, 0) > limit:
-            raise ValueError(f"{f}: model.{field.name} is {settings[field.name]}, more than {limit}")
+        value, limit = settings.get(field.name), LIMITS.get(field.name)  # the model chapter's ranges
+        if limit is not None and value is not None and value not in limit:  # a typo, refused before anything is built
+            why = f"more than {limit.high}" if value > limit.high else f"must be {limit}"
+            raise ValueError(f"{f}: model.{field.name} is {value}, {why}")
     return ModelConfig.from_dict(settings)
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # what weights may be stored in (and int8 matrices with their scales)

@@ -16,8 +16,9 @@ import torch
 
 from .batches import Batch
 from .checkpoint import save_checkpoint
-from .fast import (FastLossCompute, default_device, resolve_precision, set_seed, speed_up,
-                                        train_epoch)
+from .devices import default_device, resolve_precision, set_seed
+from .fast import FastLossCompute, speed_up
+from .loop import train_epoch
 from .model import EncoderDecoder, ModelConfig, build_model
 from .training import LabelSmoothing, TrainState, make_optimizer
 

@@ -23,7 +23,8 @@ from .checkpoint import VOCABULARY_FILES, load_model, read_config
 from .data import BOS, EOS, PAD, UNK, Vocab
 from .subwords import SubwordVocab, load_vocabularies, text_codec
 from .model import EncoderDecoder, subsequent_mask
-from .fast import default_device, speed_up
+from .devices import default_device
+from .fast import speed_up
 
 # %% ../nbs/11_decoding.ipynb #3f1eed19
 class AttentionCache:

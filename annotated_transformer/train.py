@@ -35,8 +35,9 @@ from .data import PAD, TokenBucketSampler, batches
 from .subwords import TranslationData, load_vocabularies, vocabulary_texts
 from .decoding import Translator
 from .evaluation import bleu
-from .fast import (FastLossCompute, default_device, resolve_precision, set_seed, speed_up,
-                                        train_epoch)
+from .devices import default_device, resolve_precision, set_seed
+from .fast import FastLossCompute, speed_up
+from .loop import train_epoch
 from .model import PRESETS, ModelConfig, build_model
 from .training import LabelSmoothing, TrainState, make_optimizer, rate
 

@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from annotated_transformer.fast import FastMultiHeadedAttention, autocast_context
+from annotated_transformer.devices import autocast_context
+from annotated_transformer.fast import FastMultiHeadedAttention
 from machine import cpu_name  # benchmarks/machine.py
 from train_step import SIZES, make_batch  # the train-step benchmark's models and batches
 

@@ -2,7 +2,7 @@
 test2016 sentences, greedy and beam 4, in float32 and under CPU bfloat16 autocast, one run each after a warm-up.
 
 bf16 only pays where the processor multiplies bf16 matrices in hardware (Intel AMX or AVX512-BF16, which
-`annotated_transformer.fast.cpu_bf16_native` detects); elsewhere PyTorch emulates it. The printed table says
+`annotated_transformer.devices.cpu_bf16_native` detects); elsewhere PyTorch emulates it. The printed table says
 which kind of CPU it ran on, and the documentation's choice of default reads these numbers.
 
 Usage: python benchmarks/decode_precision.py --data-dir ../shared/data/multi30k > benchmarks/results_decode_precision.txt
@@ -16,7 +16,7 @@ import torch
 from annotated_transformer.data import load_multi30k
 from annotated_transformer.decoding import Translator, shipped_model_dir
 from annotated_transformer.evaluation import bleu
-from annotated_transformer.fast import autocast_context, cpu_bf16_native
+from annotated_transformer.devices import autocast_context, cpu_bf16_native
 from machine import cpu_name  # benchmarks/machine.py (the scripts run as python benchmarks/NAME.py)
 
 

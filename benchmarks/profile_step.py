@@ -16,7 +16,7 @@ import os
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from annotated_transformer.fast import resolve_precision
+from annotated_transformer.devices import resolve_precision
 from machine import cpu_name  # benchmarks/machine.py
 from train_step import SIZES, build, make_batch
 

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent / "gpu_h100"))
 from train_compile import compiled_steps  # noqa: E402 (benchmarks/gpu_h100/train_compile.py)
 
-from annotated_transformer.fast import resolve_precision  # noqa: E402
+from annotated_transformer.devices import resolve_precision  # noqa: E402
 from annotated_transformer.model import ModelConfig  # noqa: E402
 from annotated_transformer.pretrained import RECIPE, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402

@@ -69,7 +69,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.batches import Batch
-from annotated_transformer.fast import FastDropout, FastLossCompute, autocast_context, make_grad_scaler, resolve_precision, speed_up
+from annotated_transformer.devices import autocast_context, make_grad_scaler, resolve_precision
+from annotated_transformer.fast import FastDropout, FastLossCompute, speed_up
 from annotated_transformer.layers import sinusoid_table
 from annotated_transformer.model import make_model, subsequent_mask
 from annotated_transformer.train import RDropLoss, doubled

@@ -129,12 +129,17 @@ def test_the_largest_accepted_alpha_writes_no_unk():
 
 
 def test_ctrl_c_while_the_command_is_loading_is_one_line_and_130():
-    "SIGINT after the package started loading and before main() runs (what Ctrl-C during start-up hits)."
-    script = ("import os, signal, sys; sys.argv = ['/usr/bin/annotated-transformer', 'translate', 'x']\n"
-              "import annotated_transformer\n"
-              "os.kill(os.getpid(), signal.SIGINT)\n"  # delivered here, in the middle of loading
-              "import annotated_transformer.cli\n"
-              "raise SystemExit(annotated_transformer.cli.main())\n")
+    """SIGINT while the command is still loading PyTorch, before main() runs (what Ctrl-C during start-up hits): the
+    script does what the console script does, and the signal arrives just as the command starts importing torch."""
+    script = ("import builtins, os, signal, sys; sys.argv = ['/usr/bin/annotated-transformer', 'translate', 'x']\n"
+              "real_import = builtins.__import__\n"
+              "def importing(name, *args, **kwargs):\n"
+              "    if name == 'torch' and 'torch' not in sys.modules:\n"
+              "        os.kill(os.getpid(), signal.SIGINT)\n"  # delivered here, in the middle of loading
+              "    return real_import(name, *args, **kwargs)\n"
+              "builtins.__import__ = importing\n"
+              "from annotated_transformer.cli import main\n"
+              "raise SystemExit(main())\n")
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
     assert res.returncode == 130, res.stderr.decode()[-2000:]
     assert res.stderr.decode() == "annotated-transformer: interrupted\n"

@@ -22,7 +22,9 @@ from annotated_transformer.checkpoint import save_model
 from annotated_transformer.data import PAD, TokenBucketSampler, batches
 from annotated_transformer.decoding import Translator, shipped_model_dir
 from annotated_transformer.evaluation import average_checkpoints, evaluate_translator
-from annotated_transformer.fast import FastLossCompute, resolve_precision, set_seed, speed_up, train_epoch
+from annotated_transformer.devices import resolve_precision, set_seed
+from annotated_transformer.fast import FastLossCompute, speed_up
+from annotated_transformer.loop import train_epoch
 from annotated_transformer.subwords import TranslationData, vocabulary_texts
 from annotated_transformer.pretrained import RECIPE, STUDENT, hardware
 from annotated_transformer.train import planned_steps

@@ -64,7 +64,7 @@ exec > >(trap '' TERM INT; exec tee "$LOG") 2>&1  # tee outlives a stop, so the 
 
 python - <<'EOF'
 import datetime, torch
-from annotated_transformer.fast import resolve_precision
+from annotated_transformer.devices import resolve_precision
 print(f"date      {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
 print(f"GPU       {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)")
 print(f"torch     {torch.__version__} (CUDA {torch.version.cuda})")

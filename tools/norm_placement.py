@@ -25,7 +25,7 @@ from ablation import finished, run_or_collect  # tools/ablation.py: a run's fini
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from annotated_transformer.fast import cpu_bf16_native  # noqa: E402 (the package of this checkout)
+from annotated_transformer.devices import cpu_bf16_native  # noqa: E402 (the package of this checkout)
 from annotated_transformer.pretrained import AVERAGE_LAST, averaged_candidate, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 from precision_run import RECIPE_14, averaged_val_bleu  # noqa: E402 (tools/precision_run.py)

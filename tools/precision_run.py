@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.decoding import Translator  # noqa: E402 (the package of this checkout)
 from annotated_transformer.evaluation import average_checkpoints, evaluate_translator, last_checkpoints  # noqa: E402
-from annotated_transformer.fast import cpu_bf16_native  # noqa: E402
+from annotated_transformer.devices import cpu_bf16_native  # noqa: E402
 from annotated_transformer.pretrained import AVERAGE_LAST, BEST_CANDIDATE, RECIPE, averaged_candidate, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 

@@ -32,7 +32,7 @@ from longer_run import KEEP, averaged_curve  # tools/longer_run.py: the same sco
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from annotated_transformer.checkpoint import model_config  # noqa: E402 (the package of this checkout)
-from annotated_transformer.fast import resolve_precision  # noqa: E402
+from annotated_transformer.devices import resolve_precision  # noqa: E402
 from annotated_transformer.model import ModelConfig, build_model  # noqa: E402
 from annotated_transformer.pretrained import AVERAGE_LAST, hardware  # noqa: E402
 from annotated_transformer.train import TrainConfig, train  # noqa: E402

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/, for train_step
 from train_step import build, make_batch  # noqa: E402
-from annotated_transformer.fast import resolve_precision  # noqa: E402
+from annotated_transformer.devices import resolve_precision  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--kind", choices=["fast", "fast+compile"], required=True)

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from annotated_transformer.batches import Batch
-from annotated_transformer.fast import FastLossCompute, autocast_context, speed_up
+from annotated_transformer.devices import autocast_context
+from annotated_transformer.fast import FastLossCompute, speed_up
 from annotated_transformer.model import ModelConfig, build_model
 from annotated_transformer.training import LabelSmoothing
 

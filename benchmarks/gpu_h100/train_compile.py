@@ -30,7 +30,8 @@ from unittest import mock
 import torch
 
 import annotated_transformer.train
-from annotated_transformer.fast import resolve_precision, train_epoch
+from annotated_transformer.devices import resolve_precision
+from annotated_transformer.loop import train_epoch
 from annotated_transformer.pretrained import RECIPE, build_pretrained, hardware, train_and_choose
 from annotated_transformer.train import train
 
