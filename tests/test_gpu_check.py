@@ -147,7 +147,7 @@ def numbers(text: str) -> list[float]:
 
 def log_name(cell: str) -> str:
     "The file a table cell links to, relative to benchmarks/."
-    return re.search(r"\]\(benchmarks/([^)]+)\)", cell)[1]
+    return re.search(r"\]\(https://github.com/annotated-transformer/annotated-transformer/blob/main/benchmarks/([^)]+)\)", cell)[1]
 
 
 def expected_figures() -> dict[str, tuple[list[float], str, str]]:
