@@ -279,3 +279,16 @@ def test_the_recipe_commands_are_the_recipe():
     help_text = subprocess.run(["annotated-transformer", "train", "--help"], capture_output=True, text=True).stdout
     for option, value in (("epochs", 38), ("warmup", 800), ("dropout", 0.2), ("subwords", 8000), ("max-tokens", 2500)):
         assert re.search(rf"--{option} \S+\s+(?:(?!\n  --).)*?\(default: {value}\)", help_text, re.S), option
+
+
+def test_a_wheel_ships_one_model_and_no_experiment_record(tmp_path):
+    "The package a user installs holds the one trained model's folder, the bundled test set, and no experiment record."
+    import zipfile
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
+                    str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("*.whl")
+    data = [n for n in zipfile.ZipFile(wheel).namelist() if not n.endswith(".py") and ".dist-info/" not in n]
+    assert {n.rsplit("/", 1)[0] for n in data} == {"annotated_transformer/pretrained/multi30k-de-en",
+                                                    "annotated_transformer/datasets/multi30k"}, data
+    assert {n.rsplit("/", 1)[1] for n in data if "pretrained" in n} == {
+        "config.json", "manifest.json", "model.safetensors", "results.json", "tokenizer.json"}
