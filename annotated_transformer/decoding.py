@@ -19,7 +19,7 @@ import torch
 from dataclasses import replace
 from torch import nn
 
-from .checkpoint import VOCABULARY_FILES, load_model, read_config
+from .checkpoint import load_model, read_config, vocabulary_fingerprint
 from .data import BOS, EOS, PAD, UNK, Vocab
 from .subwords import SubwordVocab, load_vocabularies, text_codec
 from .model import EncoderDecoder, subsequent_mask
@@ -409,9 +409,8 @@ def load_ensemble(folders: list[str | Path],  # checkpoint folders of one vocabu
     "A `Translator` whose model is the `Ensemble` of the checkpoints in `folders`, once they are known to share one vocabulary."
     if not folders:
         raise ValueError("an ensemble needs at least one checkpoint folder, got none")
-    vocabulary = lambda folder: {n: (Path(folder) / n).read_bytes() for n in VOCABULARY_FILES if (Path(folder) / n).is_file()}
     for folder in folders[1:]:
-        if vocabulary(folder) != vocabulary(folders[0]):
+        if vocabulary_fingerprint(folder) != vocabulary_fingerprint(folders[0]):
             raise ValueError(f"{folder} has another vocabulary than {folders[0]}: an ensemble needs one")
     first = Translator.from_checkpoint(folders[0], device)  # its vocabularies serve the ensemble
     models = [first.model] + [Translator.from_checkpoint(f, device).model for f in folders[1:]]

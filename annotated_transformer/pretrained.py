@@ -71,20 +71,24 @@ def _train_hours(history: list[dict]) -> float:
     return round(sum(r["seconds"] for r in history) / 3600, 2)
 
 def measure_bleu(translator: Translator, split: str = "test", data_dir: str | Path | None = None,
-                 beam_sizes: tuple[int, ...] = (1, 4)) -> dict:
+                 beam_sizes: tuple[int, ...] = (1, 4),
+                 limit: int | None = None,  # only the first `limit` sentences (smoke tests)
+                 ) -> dict:
     "`evaluate_translator` for each beam size (1 = greedy), BLEU rounded to 2 decimals, with the seconds taken."
     out = {}
     for k in beam_sizes:
         t0 = time.perf_counter()
-        result = evaluate_translator(translator, split, data_dir, beam_size=k)
+        result = evaluate_translator(translator, split, data_dir, beam_size=k, limit=limit)
         out[f"beam_{k}"] = {**result, "bleu": round(result["bleu"], 2), "seconds": round(time.perf_counter() - t0, 1)}
     return out
 
 def choose_on_val(candidates: dict[str, Path],  # name -> checkpoint folder
                   data_dir: str | Path | None = None, device: str | None = None,
+                  limit: int | None = None,  # only the first `limit` val sentences (smoke tests)
                   ) -> tuple[str, dict[str, float]]:  # the chosen name, and every candidate's validation BLEU
     "The candidate with the best greedy BLEU on the validation split (never on a test set)."
-    scores = {name: round(evaluate_translator(Translator.from_checkpoint(path, device), "val", data_dir, beam_size=1)["bleu"], 2)
+    scores = {name: round(evaluate_translator(Translator.from_checkpoint(path, device), "val", data_dir, beam_size=1,
+                                              limit=limit)["bleu"], 2)
               for name, path in candidates.items()}
     return max(scores, key=scores.get), scores
 

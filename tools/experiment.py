@@ -165,14 +165,15 @@ def continue_from(finished_run: Path, cfg) -> None:
 def train_runs(planned: list[dict], data_dir: str | None, average_last: int = 5, limit: int | None = None) -> None:
     """Train (or resume) every run, in order. A continued run starts as a copy of its source once that has finished;
     a distilled run trains on its teachers' translations, each teacher the candidate its run chooses on val."""
-    from annotated_transformer.pretrained import distill_corpus
+    from annotated_transformer.pretrained import choose_on_val, distill_corpus
     from annotated_transformer.train import train
     for run in planned:
         cfg = replace(run["config"], data_dir=data_dir)
         if run["continues"] is not None and not Path(cfg.out_dir).exists():
             continue_from(run["continues"], cfg)
         if run["teachers"]:
-            chosen = [choice(teacher, average_last, limit, data_dir)[1] for teacher in run["teachers"]]
+            found = [candidates(teacher, average_last) for teacher in run["teachers"]]
+            chosen = [c[choose_on_val(c, data_dir, limit=limit)[0]] for c in found]
             distill_corpus(chosen, cfg.corpus_dir, data_dir, beam_size=run["teacher_beam"])
         train(cfg)
 
@@ -199,21 +200,10 @@ def averaged_curve(folder: Path, average_last: int, limit: int | None, data_dir:
 def score(checkpoint: Path | list[Path], split: str, beams: list[int], limit: int | None, data_dir: str | None) -> dict:
     "BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble)."
     from annotated_transformer.decoding import Translator, load_ensemble
-    from annotated_transformer.evaluation import evaluate_translator
-    translator = load_ensemble(checkpoint, "cpu") if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint, "cpu")
-    scored = {}
-    for beam in beams:
-        r = evaluate_translator(translator, split, data_dir, beam_size=beam, limit=limit)
-        scored[f"beam_{beam}"] = {"bleu": round(r["bleu"], 2), "unk": r["unk"], "sentences": r["sentences"]}
-    return scored
-
-
-def choice(folder: Path, average_last: int, limit: int | None, data_dir: str | None) -> tuple[str, Path, dict]:
-    "The candidate a run chooses by greedy val BLEU: its name, its folder, and every candidate's greedy val score."
-    found = candidates(folder, average_last)
-    greedy = {name: score(c, "val", [1], limit, data_dir)["beam_1"]["bleu"] for name, c in found.items()}
-    best = max(greedy, key=greedy.get)
-    return best, found[best], greedy
+    from annotated_transformer.pretrained import measure_bleu
+    translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
+    return {beam: {k: r[k] for k in ("bleu", "unk", "sentences")}
+            for beam, r in measure_bleu(translator, split, data_dir, tuple(beams), limit).items()}
 
 
 def candidates(folder: Path, average_last: int) -> dict[str, Path]:
@@ -240,12 +230,12 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
         finished = [r for r in epochs if not r.get("partial")]
         if len(finished) < run["config"].epochs and run["config"].max_steps is None:
             raise ExperimentError(f"{folder} has {len(finished)} of its {run['config'].epochs} epochs: train it first")
-        scored = {name: {"val": score(c, "val", beams, limit, data_dir)}
-                  for name, c in candidates(folder, measure["average_last"]).items()}
+        found = candidates(folder, measure["average_last"])  # averaged once: the test and the ensembles reuse them
+        scored = {name: {"val": score(c, "val", beams, limit, data_dir)} for name, c in found.items()}
         chosen = max(scored, key=lambda name: scored[name]["val"]["beam_1"]["bleu"])
         settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
         runs.append({"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
-                     "candidates": scored, "chosen": chosen, "checkpoint": str(folder),
+                     "candidates": scored, "chosen": chosen, "checkpoint": found[chosen],
                      **({"averaged_curve": averaged_curve(folder, measure["average_last"], limit, data_dir)}
                         if measure["curve"] else {})})
         if best is None or scored[chosen]["val"]["beam_1"]["bleu"] > best[1]:
@@ -254,7 +244,7 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
     for name, ensemble in spec.get("ensembles", {}).items():
         with tempfile.TemporaryDirectory() as tmp:
             members = stored_members([r for r in runs if r["name"] in ensemble["members"]], ensemble.get("dtype", "float32"),
-                                     measure["average_last"], Path(tmp))
+                                     Path(tmp))
             scored = {"val": score(members, "val", beams, limit, data_dir)}
             megabytes = round(sum((m / "model.safetensors").stat().st_size for m in members) / 1e6, 2)
             if scored["val"]["beam_1"]["bleu"] > best[1]:
@@ -269,27 +259,26 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
                 e.pop("test", None)
     else:
         winner = runs[best[0]]
-        winner["candidates"][winner["chosen"]]["test"] = score(candidates(Path(winner["checkpoint"]), measure["average_last"])
-                                                               [winner["chosen"]], "test", beams, limit, data_dir)
+        winner["candidates"][winner["chosen"]]["test"] = score(winner["checkpoint"], "test", beams, limit, data_dir)
         chosen = {"run": winner["name"], "seed": winner["seed"], "candidate": winner["chosen"]}
         for e in ensembles:
             e.pop("test", None)
     for r in runs:
-        del r["checkpoint"]  # a folder of this machine: not part of the record
+        del r["checkpoint"]  # a folder of this machine (the chosen candidate's): not part of the record
     return {"experiment": path.stem, **spec, "measure": measure,
             "metric": "cased detokenized sacreBLEU; val chooses, test2016 only for the chosen run",
             "chosen": chosen, "hardware": hardware(), "torch": torch.__version__, "runs": runs,
             **({"ensembles": ensembles} if ensembles else {})}
 
 
-def stored_members(runs: list[dict], dtype: str, average_last: int, tmp: Path) -> list[Path]:
+def stored_members(runs: list[dict], dtype: str, tmp: Path) -> list[Path]:
     "Each run's chosen candidate, stored in `dtype` (chapter 7's `save_model`), so an ensemble decodes what it would ship."
     import torch
     from annotated_transformer.checkpoint import load_model, save_model
     from annotated_transformer.evaluation import vocabulary_files
     folders = []
     for i, run in enumerate(runs):
-        chosen = candidates(Path(run["checkpoint"]), average_last)[run["chosen"]]
+        chosen = run["checkpoint"]
         folders.append(save_model(load_model(chosen), tmp / f"member_{i}", dtype=getattr(torch, dtype),
                                   files=vocabulary_files(chosen)))
     return folders
