@@ -15,6 +15,7 @@ An experiment file says what a reader's question needs, and nothing else:
      "measure": {"average_last": 5,                   # candidates: the best epoch, and the last N averaged (0: none)
                  "beams": [1, 4],                     # val BLEU of every candidate with these beam sizes
                  "curve": false,                      # also the greedy val BLEU of every N consecutive epochs averaged
+                 "length_penalties": [0.6, 1.0],      # the choice decoded with the largest beam at each alpha, val and test
                  "limit": null}}                      # only the first N val/test sentences (smoke tests)
 
 Settings are `TrainConfig` fields; "model" holds `ModelConfig` fields. Every run trains with `train` (it resumes
@@ -43,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from annotated_transformer.model import ModelConfig  # noqa: E402 (the package of this checkout)
 
 EXPERIMENT_KEYS = {"question", "recipe", "runs", "seeds", "measure", "ensembles"}
-MEASURE_KEYS = {"average_last", "beams", "limit", "curve"}
+MEASURE_KEYS = {"average_last", "beams", "limit", "curve", "length_penalties"}
 RUN_ONLY_KEYS = {"continues", "distilled_from", "teacher_beam"}  # what a run may say beside settings
 DTYPES = ("float32", "float16", "int8")  # how an ensemble's members are stored (torch dtypes of these names)
 NOT_SETTINGS = {"out_dir", "data_dir"}  # the runner places every run itself
@@ -85,6 +86,10 @@ def read_experiment(path: Path) -> dict:
         raise ExperimentError(f"{path}: unknown keys {sorted(set(spec) - EXPERIMENT_KEYS)} (expected {sorted(EXPERIMENT_KEYS)})")
     if set(spec.get("measure", {})) - MEASURE_KEYS:
         raise ExperimentError(f"{path}: measure takes {sorted(MEASURE_KEYS)}, got {sorted(spec['measure'])}")
+    alphas = spec.get("measure", {}).get("length_penalties", [])
+    if not (isinstance(alphas, list) and all(isinstance(a, (int, float)) and not isinstance(a, bool) and 0 <= a < 100
+                                             for a in alphas)):
+        raise ExperimentError(f"{path}: length_penalties must be a list of numbers alpha >= 0, got {alphas!r}")
     seeds = spec.get("seeds", [0])
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
         raise ExperimentError(f"{path}: seeds must be a list of whole numbers, got {seeds!r}")
@@ -206,6 +211,25 @@ def score(checkpoint: Path | list[Path], split: str, beams: list[int], limit: in
             for beam, r in measure_bleu(translator, split, data_dir, tuple(beams), limit).items()}
 
 
+def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int, limit: int | None,
+                  data_dir: str | None) -> list[dict]:
+    "BLEU and the length ratio (output tokens / reference tokens) on val and test2016 at each length penalty alpha."
+    import sacrebleu
+    from annotated_transformer.data import load_multi30k
+    from annotated_transformer.decoding import Translator, load_ensemble
+    translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
+    splits = {split: load_multi30k(split, data_dir)[:limit] for split in ("val", "test")}
+    sweep = []
+    for alpha in alphas:
+        row = {"alpha": alpha}
+        for split, pairs in splits.items():
+            found = sacrebleu.corpus_bleu(translator.translate([s for s, _ in pairs], beam_size=beam, alpha=alpha),
+                                          [[t for _, t in pairs]])
+            row[split] = {"bleu": round(found.score, 2), "length_ratio": round(found.sys_len / found.ref_len, 4)}
+        sweep.append(row)
+    return sweep
+
+
 def candidates(folder: Path, average_last: int) -> dict[str, Path]:
     "A run's candidates: its best epoch, and the average of its last `average_last` epoch checkpoints (if it has them)."
     from annotated_transformer.evaluation import average_checkpoints, last_checkpoints
@@ -221,7 +245,8 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
     "Every run's settings, history and candidates scored on val; the choice, scored on test2016."
     import torch
     from annotated_transformer.pretrained import hardware
-    measure = {"average_last": 5, "beams": [1, 4], "curve": False, "limit": None, **spec.get("measure", {})}
+    measure = {"average_last": 5, "beams": [1, 4], "curve": False, "length_penalties": [], "limit": None,
+               **spec.get("measure", {})}
     beams, limit = sorted(set(measure["beams"]) | {1}), measure["limit"]  # greedy always: it chooses
     runs, best = [], None
     for run in planned:
@@ -252,23 +277,32 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
                 scored["test"] = score(members, "test", beams, limit, data_dir)
         ensembles.append({"name": name, "members": ensemble["members"], "dtype": ensemble.get("dtype", "float32"),
                           "megabytes": megabytes, **scored})
+    sweep = []
     if best[0] is None:  # an ensemble won: its test scores were taken while its members were at hand
         chosen = {"ensemble": max(ensembles, key=lambda e: e["val"]["beam_1"]["bleu"])["name"]}
         for e in ensembles:
             if e["name"] != chosen["ensemble"]:
                 e.pop("test", None)
+        if measure["length_penalties"]:
+            with tempfile.TemporaryDirectory() as tmp:
+                spec_e = spec["ensembles"][chosen["ensemble"]]
+                members = stored_members([r for r in runs if r["name"] in spec_e["members"]],
+                                         spec_e.get("dtype", "float32"), Path(tmp))
+                sweep = penalty_sweep(members, measure["length_penalties"], max(beams), limit, data_dir)
     else:
         winner = runs[best[0]]
         winner["candidates"][winner["chosen"]]["test"] = score(winner["checkpoint"], "test", beams, limit, data_dir)
         chosen = {"run": winner["name"], "seed": winner["seed"], "candidate": winner["chosen"]}
         for e in ensembles:
             e.pop("test", None)
+        if measure["length_penalties"]:
+            sweep = penalty_sweep(winner["checkpoint"], measure["length_penalties"], max(beams), limit, data_dir)
     for r in runs:
         del r["checkpoint"]  # a folder of this machine (the chosen candidate's): not part of the record
     return {"experiment": path.stem, **spec, "measure": measure,
             "metric": "cased detokenized sacreBLEU; val chooses, test2016 only for the chosen run",
             "chosen": chosen, "hardware": hardware(), "torch": torch.__version__, "runs": runs,
-            **({"ensembles": ensembles} if ensembles else {})}
+            **({"ensembles": ensembles} if ensembles else {}), **({"length_penalty": sweep} if sweep else {})}
 
 
 def stored_members(runs: list[dict], dtype: str, tmp: Path) -> list[Path]:
@@ -289,6 +323,7 @@ def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
         f.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    os.chmod(f.name, 0o644)  # readable as any file of the repository (a temporary file starts private)
     os.replace(f.name, path)
 
 
