@@ -20,7 +20,7 @@ from train_compile import compiled_steps  # noqa: E402 (benchmarks/gpu_h100/trai
 
 from annotated_transformer.devices import resolve_precision  # noqa: E402
 from annotated_transformer.model import ModelConfig  # noqa: E402
-from annotated_transformer.pretrained import RECIPE, hardware  # noqa: E402
+from annotated_transformer.recipe import RECIPE, hardware  # noqa: E402
 from annotated_transformer.train import train  # noqa: E402
 
 SMALL = replace(RECIPE, model=ModelConfig(N=2, d_model=128, d_ff=512, h=4, dropout=0.2), epochs=6, cooldown=0,

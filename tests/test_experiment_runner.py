@@ -24,7 +24,7 @@ def test_a_new_experiment_file_runs_without_python_changes(tmp_path, capsys):
     "A file written now, of two tiny runs for one step each: trained, scored on val, the choice scored on test."
     path = write(tmp_path, "smoke", {"question": "Does a new file run?", "recipe": TINY,
                                      "runs": {"plain": {}, "no smoothing": {"smoothing": 0.0}},
-                                     "measure": {"beams": [1, 2], "limit": 6}})
+                                     "measure": {"beams": [1, 2], "limit": 6, "length_penalties": [0.0, 1.0]}})
     out = tmp_path / "record.json"
     assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
     record = json.loads(out.read_text())
@@ -38,6 +38,18 @@ def test_a_new_experiment_file_runs_without_python_changes(tmp_path, capsys):
     chosen = record["chosen"]
     tested = [(r["name"], name) for r in record["runs"] for name, c in r["candidates"].items() if "test" in c]
     assert tested == [(chosen["run"], chosen["candidate"])]  # test2016 scores the choice only
+    # the length penalties: the choice decoded with the largest beam at each alpha, as evaluate_translator scores it
+    from annotated_transformer.decoding import Translator
+    from annotated_transformer.evaluation import evaluate_translator
+    spec = experiment.read_experiment(path)
+    folder = next(Path(r["config"].out_dir) for r in experiment.planned_runs(spec, path, tmp_path / "runs")
+                  if r["name"] == chosen["run"])
+    translator = Translator.from_checkpoint(folder / "best", "cpu")
+    assert [r["alpha"] for r in record["length_penalty"]] == [0.0, 1.0]
+    for row in record["length_penalty"]:
+        for split in ("val", "test"):
+            expected = evaluate_translator(translator, split, beam_size=2, alpha=row["alpha"], limit=6)["bleu"]
+            assert row[split]["bleu"] == round(expected, 2) and row[split]["length_ratio"] > 0
     assert not list(tmp_path.glob("*.tmp"))
 
 
@@ -65,9 +77,9 @@ def test_distillation_and_an_ensemble_are_steps_of_a_file(tmp_path):
     path = write(tmp_path, "distil", spec)
     out = tmp_path / "record.json"
     with pytest.MonkeyPatch.context() as mp:  # the teachers translate this corpus's training side (scores use Multi30k's val)
-        from annotated_transformer import pretrained
+        from annotated_transformer import recipe
         from annotated_transformer.data import load_parallel
-        mp.setattr(pretrained, "load_multi30k", lambda split, data_dir=None: load_parallel(corpus, split, "de", "en"))
+        mp.setattr(recipe, "load_multi30k", lambda split, data_dir=None: load_parallel(corpus, split, "de", "en"))
         assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     student = next(r for r in record["runs"] if r["name"] == "student")
@@ -111,6 +123,7 @@ BAD = [
     ({"runs": {"a": {"continues": "b"}}}, "run 'a' continues 'b', which is not another run"),
     ({"runs": {"a": {"epochs": 2, "cooldown": 5}}}, "cooldown must be 0..epochs (2)"),
     ({"runs": {"a": {}}, "measure": {"beam": [4]}}, "measure takes"),
+    ({"runs": {"a": {}}, "measure": {"length_penalties": [-1]}}, "length_penalties must be a list of numbers"),
     ({"runs": {"a": {"distilled_from": ["b"]}, "b": {}}}, "is distilled from ['b']: expected runs named before it"),
     ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a", "c"]}}}, "ensemble 'x' needs \"members\""),
     ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a"], "dtype": "int4"}}}, "dtype must be one of"),

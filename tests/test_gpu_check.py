@@ -11,8 +11,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tools"))
-from recipe_on_gpu import MARGIN, cpu_best_epochs  # noqa: E402  (tools/: what step 1 judges a GPU run against)
 from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables are written)
 
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
@@ -34,10 +32,24 @@ def epochs_of(name: str) -> list[dict]:
     return [json.loads(line) for line in (GPU_RUNS / name).read_text().splitlines()]
 
 
-def judge_run(log: Path) -> subprocess.CompletedProcess:
-    "Step 1's judge, tools/recipe_on_gpu.py, on the run whose history.jsonl is `log`."
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "recipe_on_gpu.py"), str(log)],
-                          capture_output=True, text=True, timeout=60)
+SEEDS = ROOT / "results" / "experiments" / "seeds.json"  # the recipe's CPU runs in bf16, seeds 0, 1 and 2
+
+
+def cpu_runs() -> list[dict]:
+    "The recipe's CPU runs that step 1 judges a GPU run against, by seed."
+    import json
+    return sorted(json.loads(SEEDS.read_text())["runs"], key=lambda run: run["seed"])
+
+
+def cpu_best_epochs() -> list[float]:
+    "Their best epochs' greedy val BLEU."
+    return [run["candidates"]["best epoch (validation BLEU)"]["val"]["beam_1"]["bleu"] for run in cpu_runs()]
+
+
+def judge_run(folder: Path) -> subprocess.CompletedProcess:
+    "Step 1's judge, the runner's --compare, on the run in `folder`."
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "experiment.py"), str(ROOT / "experiments" / "seeds.json"),
+                           "--compare", str(folder)], capture_output=True, text=True, timeout=60)
 
 
 def test_script_parses():
@@ -154,7 +166,7 @@ def expected_figures() -> dict[str, tuple[list[float], str, str]]:
     "Each row's figures as its files give them: {row: (numbers of the result cell, machine, log file)}."
     import json, statistics
     eager, compiled = epochs_of("train_eager_history.jsonl"), epochs_of("train_compile_history.jsonl")
-    cpu = json.loads((ROOT / "results" / "precision.json").read_text())["recipe"]["bf16"]["history"]
+    cpu = cpu_runs()[0]["history"]  # seed 0, the GPU run's seed
     gap = lambda run, key: max(abs(r[key] - c[key]) for r, c in list(zip(run, cpu))[2:])  # from epoch 3 on
     best = cpu_best_epochs()
     gpu_tok_s, cpu_tok_s = (statistics.median(r["tokens_per_s"] for r in run) for run in (eager, cpu))
@@ -213,9 +225,7 @@ def test_what_holds_across_the_gpu_runs():
     its BLEU ran lower at the same loss, compiling made a worse model, R-Drop's epochs took about as long."""
     import json, statistics
     eager, compiled = epochs_of("train_eager_history.jsonl"), epochs_of("train_compile_history.jsonl")
-    runs = json.loads((ROOT / "results" / "precision.json").read_text())
-    cpu = runs["recipe"]["bf16"]["history"]
-    seeds = [runs[name]["bf16"]["history"] for name in ("recipe_seed1", "recipe_seed2")]
+    cpu, *seeds = [run["history"] for run in cpu_runs()]
     gap = lambda run, key: max(abs(r[key] - c[key]) for r, c in list(zip(run, cpu))[2:])
     assert gap(eager, "train_loss") < min(gap(s, "train_loss") for s in seeds) / 4
     assert statistics.mean(r["val_bleu"] for r in eager[-8:]) < statistics.mean(r["val_bleu"] for r in cpu[-8:])
@@ -227,23 +237,23 @@ def test_what_holds_across_the_gpu_runs():
 
 
 def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
-    """Step 1's judge (tools/recipe_on_gpu.py) fails the compiled H100 run (40.12), passes the CPU's own bf16 run, and says
+    """Step 1's judge (the runner's --compare) fails the compiled H100 run (40.12), passes the CPU's own bf16 run, and says
     in one line (exit 2) when the folder holds no finished run of the recipe."""
     import json
     from dataclasses import asdict, replace
-    from annotated_transformer.pretrained import RECIPE
+    from annotated_transformer.recipe import RECIPE
 
     def judge(history: list[dict], settings=RECIPE, name="run"):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
         (folder / "train_config.json").write_text(json.dumps(asdict(replace(settings, out_dir=str(folder)))))
-        return judge_run(folder / "history.jsonl")
+        return judge_run(folder)
 
     failed = judge(epochs_of("train_compile_history.jsonl"), name="gpu")
     assert failed.returncode == 1 and "best validation BLEU 40.12 in 38 epochs" in failed.stdout, failed.stdout + failed.stderr
     assert "the check asks at least 41.14" in failed.stdout
-    cpu = json.loads((ROOT / "results" / "precision.json").read_text())["recipe"]["bf16"]
+    cpu = cpu_runs()[0]
     passed = judge([{**r, "precision": "bf16"} for r in cpu["history"]], name="cpu")
     assert passed.returncode == 0 and "best validation BLEU 42.69" in passed.stdout, passed.stdout + passed.stderr
     for name, history, settings, says in (
@@ -258,5 +268,5 @@ def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
     (tmp_path / "broken" / "train_config.json").write_text("{}")
     for log, says in ((tmp_path / "broken" / "history.jsonl", "is not a training log"),
                       (tmp_path / "none" / "history.jsonl", "no training run at")):
-        refused = judge_run(log)
+        refused = judge_run(log.parent)
         assert refused.returncode == 2 and says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1

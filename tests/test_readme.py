@@ -268,7 +268,7 @@ def test_decode_benchmark_writes_json(tmp_path, multi30k):
 
 def test_the_recipe_commands_are_the_recipe():
     "The shell command that reproduces the shipped model's runs is `train` with no settings: its defaults are RECIPE's."
-    from annotated_transformer.pretrained import RECIPE
+    from annotated_transformer.recipe import RECIPE
     from annotated_transformer.train import TrainConfig
     texts = {"docs/usage.md": (ROOT / "docs" / "usage.md").read_text(),
              "nbs/14_pretrained.ipynb": "".join("".join(c["source"]) for c in json.loads(

@@ -27,6 +27,11 @@ the file's contents, and for every run its settings, its per-epoch history and i
 
     python tools/experiment.py experiments/label_smoothing.json            # train what is missing, then record
     python tools/experiment.py experiments/label_smoothing.json --dry-run  # the runs and their changed settings
+    python tools/experiment.py experiments/seeds.json --compare runs/multi30k  # a run of yours against the record
+
+--compare judges a finished run of the same settings (its seed and precision may differ) against the record: it
+passes (exit 0) when the run's best epoch scores at most --margin BLEU below the record's lowest best epoch on val,
+and fails with exit 1 otherwise. The GPU check (tools/gpu_check.sh) judges a GPU's run of the recipe this way.
 """
 import argparse
 import hashlib
@@ -170,7 +175,7 @@ def continue_from(finished_run: Path, cfg) -> None:
 def train_runs(planned: list[dict], data_dir: str | None, average_last: int = 5, limit: int | None = None) -> None:
     """Train (or resume) every run, in order. A continued run starts as a copy of its source once that has finished;
     a distilled run trains on its teachers' translations, each teacher the candidate its run chooses on val."""
-    from annotated_transformer.pretrained import choose_on_val, distill_corpus
+    from annotated_transformer.recipe import choose_on_val, distill_corpus
     from annotated_transformer.train import train
     for run in planned:
         cfg = replace(run["config"], data_dir=data_dir)
@@ -205,7 +210,7 @@ def averaged_curve(folder: Path, average_last: int, limit: int | None, data_dir:
 def score(checkpoint: Path | list[Path], split: str, beams: list[int], limit: int | None, data_dir: str | None) -> dict:
     "BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble)."
     from annotated_transformer.decoding import Translator, load_ensemble
-    from annotated_transformer.pretrained import measure_bleu
+    from annotated_transformer.recipe import measure_bleu
     translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
     return {beam: {k: r[k] for k in ("bleu", "unk", "sentences")}
             for beam, r in measure_bleu(translator, split, data_dir, tuple(beams), limit).items()}
@@ -233,7 +238,7 @@ def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int,
 def candidates(folder: Path, average_last: int) -> dict[str, Path]:
     "A run's candidates: its best epoch, and the average of its last `average_last` epoch checkpoints (if it has them)."
     from annotated_transformer.evaluation import average_checkpoints, last_checkpoints
-    from annotated_transformer.pretrained import BEST_CANDIDATE, averaged_candidate
+    from annotated_transformer.recipe import BEST_CANDIDATE, averaged_candidate
     found = {BEST_CANDIDATE: folder / "best"}
     if average_last > 1 and len(list(folder.glob("epoch_[0-9][0-9][0-9]"))) >= average_last:
         found[averaged_candidate(average_last)] = average_checkpoints(last_checkpoints(folder, average_last),
@@ -244,7 +249,7 @@ def candidates(folder: Path, average_last: int) -> dict[str, Path]:
 def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) -> dict:
     "Every run's settings, history and candidates scored on val; the choice, scored on test2016."
     import torch
-    from annotated_transformer.pretrained import hardware
+    from annotated_transformer.recipe import hardware
     measure = {"average_last": 5, "beams": [1, 4], "curve": False, "length_penalties": [], "limit": None,
                **spec.get("measure", {})}
     beams, limit = sorted(set(measure["beams"]) | {1}), measure["limit"]  # greedy always: it chooses
@@ -318,6 +323,47 @@ def stored_members(runs: list[dict], dtype: str, tmp: Path) -> list[Path]:
     return folders
 
 
+COMPARE_IGNORES = {"seed", "precision", "max_steps", "keep_epochs", "val_bleu_sentences"}  # may differ from the record's
+
+
+def compare_run(folder: Path, spec: dict, path: Path, record: dict, margin: float) -> tuple[bool, list[str]]:
+    """(passed, lines to print) for the finished run in `folder` against the record of the experiment `spec`: its
+    best epoch's val BLEU against the lowest of the record's runs'. ExperimentError if it is not such a run."""
+    from annotated_transformer.recipe import BEST_CANDIDATE
+    from annotated_transformer.train import TrainConfig
+    log, config = folder / "history.jsonl", folder / "train_config.json"
+    if not log.is_file() or not config.is_file():
+        raise ExperimentError(f"no training run at {folder} (expected history.jsonl and train_config.json)")
+    try:
+        epochs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        settings = json.loads(config.read_text())
+        run = TrainConfig(**{k: v for k, v in settings.items() if k in {f.name for f in fields(TrainConfig)}})
+        complete = all(isinstance(r["val_bleu"], (int, float)) for r in epochs)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ExperimentError(f"{log} or train_config.json beside it is not a training log ({e!r})") from None
+    def changes(cfg):  # a cooldown of None written out as the last fifth of the epochs, as train resolves it for the recipe
+        cfg = replace(cfg, cooldown=round(cfg.epochs / 5)) if cfg.cooldown is None else cfg
+        return {k: v for k, v in differences(cfg, TrainConfig()).items() if k not in COMPARE_IGNORES}
+    ours, theirs = changes(run), [changes(p["config"]) for p in planned_runs(spec, path, Path("runs"))]
+    if ours not in theirs:
+        differ = sorted(set(ours) ^ set(theirs[0]) | {k for k in ours if k in theirs[0] and ours[k] != theirs[0][k]})
+        raise ExperimentError(f"the run in {folder} is not a run of {path.name} (settings {', '.join(differ)} differ)")
+    if [r["epoch"] for r in epochs] != list(range(1, run.epochs + 1)) or not complete:
+        raise ExperimentError(f"{log} is not a finished run: expected epochs 1 to {run.epochs}, each with a validation "
+                              f"BLEU, found {len(epochs)} epoch records")
+    recorded = [r["candidates"][BEST_CANDIDATE]["val"]["beam_1"]["bleu"] for r in record["runs"]
+                if BEST_CANDIDATE in r["candidates"]]
+    best = max(r["val_bleu"] for r in epochs)
+    lines = [f"epoch {r['epoch']:3d}  train loss {r['train_loss']:.3f}  val loss {r['val_loss']:.3f}  "
+             f"val BLEU {r['val_bleu']:.2f}" for r in epochs]
+    lines.append(f"best validation BLEU {best} in {len(epochs)} epochs (the recorded runs: {min(recorded)} to "
+                 f"{max(recorded)}; the check asks at least {min(recorded) - margin:.2f})")
+    passed = best >= min(recorded) - margin
+    if not passed:
+        lines.append(f"this run scores more than {margin:g} BLEU below every recorded run")
+    return passed, lines
+
+
 def write_json(path: Path, data: dict) -> None:
     "Write `data` as indented JSON, atomically: a stop in the middle leaves the previous file."
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -334,11 +380,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="the record (default: results/experiments/<experiment>.json)")
     parser.add_argument("--data-dir", default=None, help="Multi30k files on disk (default: the data folder, or a download)")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and the settings they change, train nothing")
+    parser.add_argument("--compare", type=Path, metavar="RUN", default=None,
+                        help="judge the finished run in folder RUN against the record, train nothing (exit 1: below it)")
+    parser.add_argument("--margin", type=float, default=1.0,
+                        help="--compare: BLEU a run may score below the record's lowest best epoch (default: 1.0)")
     args = parser.parse_args(argv)
     from annotated_transformer.train import TrainingStopped
     try:
         spec = read_experiment(args.file)
         planned = planned_runs(spec, args.file, args.runs_dir)
+        if args.compare is not None:
+            out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
+            try:
+                recorded = json.loads(out.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ExperimentError(f"{out}: no record to compare with ({e})") from None
+            passed, lines = compare_run(args.compare, spec, args.file, recorded, args.margin)
+            print("\n".join(lines))
+            return 0 if passed else 1
         if args.dry_run:
             from annotated_transformer.train import TrainConfig
             for run in planned:

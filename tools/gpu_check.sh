@@ -6,7 +6,7 @@
 # Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
 #   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu, a few at a time), and the `#| slow` cell of
 #      13_train (the tutorial's model; the slow cell of 14_pretrained is left out: it rebuilds the shipped models),
-#      whose best validation BLEU may be at most 1 below the lowest of the recipe's CPU runs (tools/recipe_on_gpu.py);
+#      whose best validation BLEU may be at most 1 below the lowest of the recipe's CPU runs (tools/experiment.py experiments/seeds.json --compare);
 #   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
 #   4. `translate` and `evaluate` (test2016, beam 4) of the shipped model on the GPU: BLEU within 0.5 of results.json;
@@ -122,7 +122,7 @@ tutorial_run() {  # the slow cell trains RECIPE into runs/multi30k; its validati
     mv "$run" "$aside" && echo "moved the earlier $run to $aside: the cell trains anew" || return 1
   fi
   nbdev-test --flags slow --n-workers 1 --cell-timeout 7200 nbs/13_train.ipynb &&  # 38 epochs: cell_timeout's 900 s can be too few
-    python tools/recipe_on_gpu.py "$run/history.jsonl"
+    python tools/experiment.py experiments/seeds.json --compare "$run"
 }
 
 wanted() { [[ "$STEPS" == *",$1,"* ]]; }
