@@ -61,15 +61,11 @@ class MultiHeadedAttention(nn.Module):
                 key: torch.Tensor,  # (batch, keys, d_model)
                 value: torch.Tensor,  # (batch, keys, d_model)
                 mask: torch.Tensor | None = None,  # (batch, 1 or queries, keys); True/1 = may attend
-                cache=None,  # incremental decoding only (chapter 11): supplies the keys and values of earlier steps
                 ) -> torch.Tensor:  # (batch, queries, d_model)
         if mask is not None:
             mask = mask.unsqueeze(1)  # the same mask for every head: (batch, 1, queries or 1, keys)
         q = self.heads(self.linears[0](query))  # Q W^Q, (batch, h, queries, d_k)
-        if cache is None:
-            k, v = self.heads(self.linears[1](key)), self.heads(self.linears[2](value))  # (batch, h, keys, d_k)
-        else:
-            k, v = cache.keys_values(self, key, value)
+        k, v = self.heads(self.linears[1](key)), self.heads(self.linears[2](value))  # K W^K, V W^V: (batch, h, keys, d_k)
         x = self.attend(q, k, v, mask)  # (batch, h, queries, d_k)
         x = x.transpose(1, 2).contiguous().view(query.size(0), -1, self.h * self.d_k)  # Concat(heads)
         return self.linears[3](x)  # W^O

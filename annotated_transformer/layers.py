@@ -70,15 +70,11 @@ class PositionalEncoding(nn.Module):
     @property
     def max_len(self) -> int: return self.pe.size(1)
 
-    def forward(self,
-                x: torch.Tensor,  # (batch, seq, d_model)
-                start: int = 0,  # position of x[:, 0]; used by incremental decoding
-                ) -> torch.Tensor:
-        end = start + x.size(1)
-        if end > self.max_len:
-            raise ValueError(f"sequence of length {end} is longer than the positional encoding's "
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, d_model) -> same
+        if x.size(1) > self.max_len:
+            raise ValueError(f"sequence of length {x.size(1)} is longer than the positional encoding's "
                              f"max_len={self.max_len}; build the model with a larger max_len")
-        return self.dropout(x + self.pe[:, start:end])
+        return self.dropout(x + self.pe[:, :x.size(1)])
 
 # %% ../nbs/02_layers.ipynb #fb63fffe
 class LayerNorm(nn.Module):

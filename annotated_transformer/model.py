@@ -116,12 +116,9 @@ class DecoderLayer(nn.Module):
         self.feed_forward = feed_forward
         self.sublayer = clones(SublayerConnection(d_model, dropout, pre_norm), 3)
 
-    def forward(self, x, memory, src_mask, tgt_mask,
-                cache=None):  # incremental decoding only (chapter 11): this layer's (self, source) attention caches
-        # x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model)
-        self_cache, src_cache = cache if cache is not None else (None, None)
-        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask, self_cache))  # queries, keys: target
-        x = self.sublayer[1](x, lambda y: self.src_attn(y, memory, memory, src_mask, src_cache))  # keys: source
+    def forward(self, x, memory, src_mask, tgt_mask):  # x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model)
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))  # queries, keys: target
+        x = self.sublayer[1](x, lambda y: self.src_attn(y, memory, memory, src_mask))  # keys: source
         return self.sublayer[2](x, self.feed_forward)
 
 # %% ../nbs/03_model.ipynb #47b39883
@@ -135,10 +132,9 @@ class Decoder(nn.Module):
         self.layers = clones(layer, N)
         self.norm = LayerNorm(layer.size) if final_norm else nn.Identity()
 
-    def forward(self, x, memory, src_mask, tgt_mask,
-                cache=None):  # incremental decoding only (chapter 11): one cache pair per layer
-        for i, layer in enumerate(self.layers):  # -> (batch, tgt_len, d_model)
-            x = layer(x, memory, src_mask, tgt_mask, cache[i] if cache is not None else None)
+    def forward(self, x, memory, src_mask, tgt_mask):  # (batch, tgt_len, d_model) -> same
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
 
 # %% ../nbs/03_model.ipynb #44815021

@@ -111,3 +111,23 @@ def test_outputs_match_functional_reference_and_strict_load():
     fresh = make_model(23, 19, N=N, d_model=32, d_ff=64, h=h).eval()
     fresh.load_state_dict(sd, strict=True)
     torch.testing.assert_close(fresh.generator(fresh(src, tgt, src_mask, tgt_mask)), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_forward_signatures_are_those_of_2022():
+    """Chapters 1-5 keep The Annotated Transformer 2022's call signatures: what only a later chapter needs (the decoding
+    cache, the position offset, the fast kernels) reaches the model by substitution, not by extra arguments."""
+    import inspect
+    from annotated_transformer.attention import MultiHeadedAttention
+    from annotated_transformer.layers import (Embeddings, LayerNorm, PositionalEncoding, PositionwiseFeedForward,
+                                              SublayerConnection)
+    from annotated_transformer.model import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, Generator
+    expected = {  # the 2022 script's parameters, after self
+        MultiHeadedAttention.forward: ["query", "key", "value", "mask"],
+        PositionalEncoding.forward: ["x"], Embeddings.forward: ["x"], LayerNorm.forward: ["x"],
+        PositionwiseFeedForward.forward: ["x"], SublayerConnection.forward: ["x", "sublayer"], Generator.forward: ["x"],
+        EncoderLayer.forward: ["x", "mask"], Encoder.forward: ["x", "mask"],
+        DecoderLayer.forward: ["x", "memory", "src_mask", "tgt_mask"], Decoder.forward: ["x", "memory", "src_mask", "tgt_mask"],
+        EncoderDecoder.forward: ["src", "tgt", "src_mask", "tgt_mask"], EncoderDecoder.encode: ["src", "src_mask"],
+        EncoderDecoder.decode: ["memory", "src_mask", "tgt", "tgt_mask"]}
+    for method, names in expected.items():
+        assert list(inspect.signature(method).parameters)[1:] == names, method.__qualname__
