@@ -7,7 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/exercises.ht
 # %% auto #0
 __all__ = ['EXERCISES', 'Wrong', 'Crash', 'call', 'Exercise', 'exercise', 'prop', 'check', 'Oracle']
 
-# %% ../nbs/15_exercises.ipynb #8abd7327
+# %% ../nbs/15_exercises.ipynb #61f54645
 import contextlib
 import inspect
 import io
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-# %% ../nbs/15_exercises.ipynb #dc82768a
+# %% ../nbs/15_exercises.ipynb #934cf747
 class Wrong(Exception):
     "A property the reader's answer lacks; the message says what differs and what was expected."
 
@@ -42,7 +42,7 @@ def call(when: str,  # what the checker is doing, for the report: "with a paddin
     except Exception as e:
         raise Crash(when, e) from e
 
-# %% ../nbs/15_exercises.ipynb #57c7d717
+# %% ../nbs/15_exercises.ipynb #5df5a733
 _LIBRARIES = tuple(os.path.abspath(p) + os.sep for p in (os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"]))
 _OWN_CODE = set()  # code of the checker that the reader's code calls (the model given to greedy_decode): never "their line"
 
@@ -77,7 +77,7 @@ def _crash_report(name: str, crash: Crash) -> str:
     return (f"{name}: your code raised {type(e).__name__}{': ' + message if message else ''}\n"
             f"  {_place(_reader_frame(e))} (the check was running it {crash.when})")
 
-# %% ../nbs/15_exercises.ipynb #70d87cf8
+# %% ../nbs/15_exercises.ipynb #b255253e
 @dataclass
 class Exercise:
     "One exercise: the piece to write, the chapter that teaches it, and the properties an answer must have, in order."
@@ -104,14 +104,14 @@ def prop(name: str):
         return f
     return add
 
-# %% ../nbs/15_exercises.ipynb #771b35b2
+# %% ../nbs/15_exercises.ipynb #f458ac8b
 def _is_kind(answer, ex: Exercise) -> None:
     "A class for a class exercise (not an instance of it), a function for a function exercise."
     if ex.kind == "class" and not inspect.isclass(answer):
-        got = f"an instance of {type(answer).__name__}" if isinstance(answer, nn.Module) else f"{type(answer).__name__} {answer!r:.40}"
+        got = f"an instance of {type(answer).__name__}" if isinstance(answer, nn.Module) else _describe(answer)
         raise Wrong(f"expected the class itself, as in check({ex.name!r}, {ex.name}); got {got}.")
     if ex.kind == "function" and not callable(answer):
-        raise Wrong(f"expected a function, as in check({ex.name!r}, {ex.name}); got {type(answer).__name__} {answer!r:.40}.")
+        raise Wrong(f"expected a function, as in check({ex.name!r}, {ex.name}); got {_describe(answer)}.")
 
 def _has_signature(answer, ex: Exercise) -> None:
     "The parameters of `answer` have the chapter's names, in its order; those with a default in the chapter have one."
@@ -128,16 +128,16 @@ def _has_signature(answer, ex: Exercise) -> None:
     got = [p.name for p in params]
     aliases = ex.aliases
     if len(got) < len(names) or any(g != n and g not in aliases.get(n, ()) for g, n in zip(got, names)):
-        raise Wrong(f"{ex.name} takes ({', '.join(got)}); the chapter's takes ({ex.signature}): "
+        raise Wrong(f"its parameters are ({', '.join(got)}); the chapter's are ({ex.signature}): "
                     "use the same names in the same order, so that code written for the package can call yours.")
     for p, want in zip(params, expected):
         if "=" in want and p.default is p.empty:
             raise Wrong(f"{p.name} should be optional, as in ({ex.signature}): the package calls {ex.name} without it.")
     extra = [p.name for p in params[len(names):] if p.default is p.empty and p.kind != p.KEYWORD_ONLY]
     if extra:
-        raise Wrong(f"{ex.name} requires {extra[0]}, which the chapter's ({ex.signature}) does not have: give it a default.")
+        raise Wrong(f"it requires a parameter `{extra[0]}`, which the chapter's ({ex.signature}) does not have: give it a default.")
 
-# %% ../nbs/15_exercises.ipynb #98c9fc95
+# %% ../nbs/15_exercises.ipynb #750bf8b7
 def _find(name) -> Exercise | None:
     "The exercise called `name`, forgiving case, spaces and underscores (\"multi_headed_attention\", \"Batch.make_std_mask\")."
     key = re.sub(r"[^a-z0-9]", "", str(name).lower())
@@ -174,14 +174,18 @@ def check(name: str,  # the exercise: "attention", "MultiHeadedAttention", ... (
     print(f"{ex.name}: correct, all {len(ex.properties)} checks pass.")
     return True
 
-# %% ../nbs/15_exercises.ipynb #2dcb56b0
+# %% ../nbs/15_exercises.ipynb #bd9473bd
 def _describe(x) -> str:
     "A short description of what the reader's code returned, for a message."
     if torch.is_tensor(x):
         return f"a tensor of shape {tuple(x.shape)} ({str(x.dtype).replace('torch.', '')})"
     if isinstance(x, (tuple, list)):
         return f"a {type(x).__name__} of {len(x)}: " + ", ".join(_describe(e) for e in x[:3])
-    return "None" if x is None else f"{type(x).__name__} {x!r:.40}"
+    if x is None:
+        return "None"
+    if inspect.isclass(x) or inspect.isroutine(x):
+        return f"the {'class' if inspect.isclass(x) else 'function'} {getattr(x, '__name__', '?')}"
+    return f"{type(x).__name__} {x!r:.40}"
 
 def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
     "The largest absolute difference of two tensors (inf when their shapes differ or a value is not finite)."
@@ -224,7 +228,7 @@ def _no_gradient(named: dict) -> str | None:
     "The name of the first tensor of `named` that received no gradient, else None."
     return next((n for n, t in named.items() if t.grad is None or not t.grad.abs().sum() > 0), None)
 
-# %% ../nbs/15_exercises.ipynb #4842eaf1
+# %% ../nbs/15_exercises.ipynb #919f2985
 exercise("attention", "01_attention", "query, key, value, mask=None, dropout=None", "function")
 
 def _qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -244,14 +248,14 @@ def _attend(attention, when: str, *args, **kwargs) -> tuple[torch.Tensor, torch.
     "The reader's attention called `when`; its result checked to be two tensors, (output, weights)."
     result = call(when, attention, *args, **kwargs)
     if result is None:
-        raise Wrong("attention returned None; expected (output, weights): is a `return` missing?")
+        raise Wrong("it returned None; expected (output, weights): is a `return` missing?")
     if torch.is_tensor(result):
-        raise Wrong("attention returned one tensor; expected two, (output, weights): return the weights too (the charts read them).")
+        raise Wrong("it returned one tensor; expected two, (output, weights): return the weights too (the charts read them).")
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        raise Wrong(f"attention should return (output, weights), two tensors; it returned {_describe(result)}.")
+        raise Wrong(f"it should return (output, weights), two tensors; it returned {_describe(result)}.")
     return _tensor(result[0], "the output"), _tensor(result[1], "the weights")
 
-# %% ../nbs/15_exercises.ipynb #81741e47
+# %% ../nbs/15_exercises.ipynb #04193d24
 @prop("attention")
 def _attention_shapes(attention):
     "Returns (output, weights) of shapes (..., queries, d_v) and (..., queries, keys), and leaves its inputs as they were."
@@ -264,7 +268,7 @@ def _attention_shapes(attention):
     _shaped(out, "the output", (2, 3, 5, 4), "(..., queries, d_v)")
     for name, now, then in zip(("query", "key", "value"), (q, k, v), before):
         if not torch.equal(now, then):
-            raise Wrong(f"attention changed its input `{name}` in place: compute new tensors "
+            raise Wrong(f"it changed its input `{name}` in place: compute new tensors "
                         "(query / x, masked_fill), not in-place ones (query /= x, masked_fill_ on an input).")
 
 @prop("attention")
@@ -377,7 +381,7 @@ def _attention_gradients(attention):
     if missing:
         raise Wrong(f"no gradient reaches `{missing}`: is it used through .detach(), .data or numpy?")
 
-# %% ../nbs/15_exercises.ipynb #06eb2c4e
+# %% ../nbs/15_exercises.ipynb #a26cee34
 exercise("MultiHeadedAttention", "01_attention", "h, d_model, dropout", "class")
 
 def _mha_inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -423,12 +427,12 @@ def _by_hand(layers, q, k, v, h, scale=None, split="right", concat="right") -> t
     x = x.transpose(1, 2).reshape(b, -1, d_model) if concat == "right" else x.reshape(b, -1, d_model)
     return layers[3](x)
 
-# %% ../nbs/15_exercises.ipynb #d19b0ac8
+# %% ../nbs/15_exercises.ipynb #93838e3e
 @prop("MultiHeadedAttention")
 def _mha_is_a_module(cls):
     "An nn.Module with four nn.Linear(d_model, d_model) projections, whose output has the query's shape."
     if not issubclass(cls, nn.Module):
-        raise Wrong("MultiHeadedAttention should be an nn.Module (class MultiHeadedAttention(nn.Module)), "
+        raise Wrong("it should be an nn.Module (class MultiHeadedAttention(nn.Module)), "
                     "so that its weights are found, trained and saved.")
     layer = _build(cls, 4, 32, 0.0)
     _projections(layer, 32)
@@ -542,7 +546,7 @@ def _mha_refuses_bad_heads(cls):
     raise Wrong("MultiHeadedAttention(h=3, d_model=32) was built without complaint: refuse a d_model that h does not "
                 "divide (assert d_model % h == 0), before it fails later with a puzzling shape error.")
 
-# %% ../nbs/15_exercises.ipynb #34f508f0
+# %% ../nbs/15_exercises.ipynb #3748714d
 exercise("PositionalEncoding", "02_layers", "d_model, dropout, max_len", "class")
 
 def _sinusoids(n: int, d: int, swap=False, halves=False, exponent="2i", first=0) -> torch.Tensor:
@@ -560,12 +564,12 @@ def _sinusoids(n: int, d: int, swap=False, halves=False, exponent="2i", first=0)
         return torch.where(j % 2 == 0, (pos * 10000.0 ** (-j / d)).sin(), (pos * 10000.0 ** (-j / d)).cos())
     return torch.stack([sin, cos], dim=2).reshape(n, d)  # interleaved: sin, cos, sin, cos, ...
 
-# %% ../nbs/15_exercises.ipynb #52e835ae
+# %% ../nbs/15_exercises.ipynb #efd6852b
 @prop("PositionalEncoding")
 def _pe_table(cls):
     "An nn.Module that, given zeros (batch, seq, d_model), returns the sinusoid table of section 3.5 for every sentence."
     if not issubclass(cls, nn.Module):
-        raise Wrong("PositionalEncoding should be an nn.Module (class PositionalEncoding(nn.Module)).")
+        raise Wrong("it should be an nn.Module (class PositionalEncoding(nn.Module)).")
     pe = _build(cls, 16, 0.0, 60).eval()
     out = _shaped(call("on zeros of shape (2, 60, 16)", pe, torch.zeros(2, 60, 16)), "the output", (2, 60, 16),
                  "the input's shape (batch, seq, d_model)")
@@ -611,7 +615,7 @@ def _pe_fixed(cls):
     pe = _build(cls, 16, 0.0, 60)
     learned = [n for n, _ in pe.named_parameters()]
     if learned:
-        raise Wrong(f"the encoding is fixed (section 3.5), not learned, but PositionalEncoding has trainable parameters "
+        raise Wrong(f"the encoding is fixed (section 3.5), not learned, but yours has trainable parameters "
                     f"({', '.join(learned)}): store the table with self.register_buffer('pe', table).")
     loose = [n for n, t in vars(pe).items() if torch.is_tensor(t) and t.numel() == 60 * 16]
     if loose:
@@ -636,7 +640,7 @@ def _pe_dropout(cls):
         raise Wrong("with dropout=0.5 in eval mode the output still changes: use an nn.Dropout module, which is off in "
                     "eval mode.")
 
-# %% ../nbs/15_exercises.ipynb #4db1ea04
+# %% ../nbs/15_exercises.ipynb #552cfbb3
 exercise("LayerNorm", "02_layers", "features, eps", "class")
 
 def _gain_and_bias(norm: nn.Module, features: int) -> tuple[nn.Parameter, nn.Parameter]:
@@ -656,12 +660,12 @@ def _normalised(x: torch.Tensor, eps: float, unbiased=True, eps_inside=False) ->
     var = x.var(-1, keepdim=True, unbiased=unbiased)
     return centred / (var + eps).sqrt() if eps_inside else centred / (var.sqrt() + eps)
 
-# %% ../nbs/15_exercises.ipynb #d4a1ee29
+# %% ../nbs/15_exercises.ipynb #1c3238a0
 @prop("LayerNorm")
 def _ln_parameters(cls):
     "An nn.Module with a learned gain (ones) and bias (zeros) of shape (features,); the output has the input's shape."
     if not issubclass(cls, nn.Module):
-        raise Wrong("LayerNorm should be an nn.Module (class LayerNorm(nn.Module)), so that its gain and bias are trained.")
+        raise Wrong("it should be an nn.Module (class LayerNorm(nn.Module)), so that its gain and bias are trained.")
     norm = _build(cls, 8, 1e-6)
     _gain_and_bias(norm, 8)
     _shaped(call("on an input of shape (3, 5, 8)", norm, torch.randn(3, 5, 8)), "the output", (3, 5, 8), "the input's shape")
@@ -731,7 +735,7 @@ def _ln_gain_and_bias(cls):
     if missing:
         raise Wrong(f"no gradient reaches {missing}: is it used through .detach(), .data or numpy?")
 
-# %% ../nbs/15_exercises.ipynb #833d4199
+# %% ../nbs/15_exercises.ipynb #4a032974
 exercise("subsequent_mask", "03_model", "size", "function", aliases={"size": ("seq_len",)})  # the package says seq_len
 
 def _causal(n: int) -> torch.Tensor:
@@ -770,7 +774,7 @@ def _mask_values(subsequent_mask):
         raise Wrong(f"row {row} of subsequent_mask({n}) is {m[0, row].int().tolist()}; expected {_causal(n)[0, row].int().tolist()}: "
                     "row i allows keys 0..i.")
 
-# %% ../nbs/15_exercises.ipynb #3ac126fb
+# %% ../nbs/15_exercises.ipynb #c390b602
 exercise("make_std_mask", "04_batches", "tgt, pad", "function")
 
 _STD_TGT = torch.tensor([[0, 2, 5, 4, 3, 3], [0, 6, 2, 3, 3, 3]])  # two target rows padded with id 3 (0 and 2 are words here)
@@ -818,7 +822,7 @@ def _std_mask_values(answer):
     raise Wrong(f"for tgt {_STD_TGT.tolist()} with pad=3, row {q} of sentence {b} is {m[b, q].int().tolist()}; expected "
                 f"{expected[b, q].int().tolist()}: keys that are not padding, up to the query's own position.")
 
-# %% ../nbs/15_exercises.ipynb #3935157d
+# %% ../nbs/15_exercises.ipynb #e76a3bf8
 exercise("rate", "05_training", "step, model_size, factor, warmup", "function")
 
 def _equation_3(step, model_size, factor, warmup) -> float:
@@ -880,7 +884,7 @@ def _rate_step_0(rate):
         raise Wrong(f"rate(0, 512, 1.0, 4000) is {r:.6g}; expected rate(1, 512, 1.0, 4000) = "
                     f"{_equation_3(1, 512, 1.0, 4000):.6g}: treat step 0 as step 1, since LambdaLR asks for the rate at step 0.")
 
-# %% ../nbs/15_exercises.ipynb #3e490214
+# %% ../nbs/15_exercises.ipynb #664d4c59
 exercise("LabelSmoothing", "05_training", "size, padding_idx, smoothing", "class")
 
 def _smoothed(target: torch.Tensor, size: int, padding_idx: int, smoothing: float) -> torch.Tensor:
@@ -912,7 +916,7 @@ def _smoothing_loss(cls, size, padding_idx, smoothing, target, grad=False):
         raise Wrong("the loss is NaN or inf: t log t must count as 0 where t = 0 (nn.KLDivLoss does this; so does torch.xlogy).")
     return loss.reshape(()), x
 
-# %% ../nbs/15_exercises.ipynb #8c8a16c2
+# %% ../nbs/15_exercises.ipynb #80fb4ea3
 @prop("LabelSmoothing")
 def _ls_distribution(cls):
     """The target distribution, read from the gradient (the loss's gradient with respect to x is -t): 1 - smoothing on
@@ -978,7 +982,7 @@ def _ls_no_smoothing(cls):
         raise Wrong(f"with smoothing=0 the loss is {loss.item():.6g}; expected the summed negative log-likelihood of the "
                     f"correct tokens, padding ignored: {expected.item():.6g}.")
 
-# %% ../nbs/15_exercises.ipynb #a488c8e7
+# %% ../nbs/15_exercises.ipynb #ff1879e7
 exercise("greedy_decode", "05_training", "model, src, src_mask, max_len, start_symbol", "function")
 
 class Oracle(nn.Module):
@@ -1047,7 +1051,7 @@ def _decoded(greedy_decode, src, max_len, start, when) -> tuple[torch.Tensor, Or
         raise Wrong(f"each output should begin with the start symbol {start}; the first column is {ys[:, 0].tolist()}.")
     return ys, model
 
-# %% ../nbs/15_exercises.ipynb #fa09eaae
+# %% ../nbs/15_exercises.ipynb #4f51c8f8
 @prop("greedy_decode")
 def _greedy_one_sentence(greedy_decode):
     """On one sentence, each token is the argmax of the model's prediction at the last position given the tokens before
