@@ -7,7 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/exercises.ht
 # %% auto #0
 __all__ = ['EXERCISES', 'Wrong', 'Crash', 'call', 'Exercise', 'exercise', 'prop', 'check', 'Oracle']
 
-# %% ../nbs/15_exercises.ipynb #61f54645
+# %% ../nbs/15_exercises.ipynb #78ad8f0a
 import contextlib
 import inspect
 import io
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-# %% ../nbs/15_exercises.ipynb #934cf747
+# %% ../nbs/15_exercises.ipynb #5c1fc30a
 class Wrong(Exception):
     "A property the reader's answer lacks; the message says what differs and what was expected."
 
@@ -42,7 +42,7 @@ def call(when: str,  # what the checker is doing, for the report: "with a paddin
     except Exception as e:
         raise Crash(when, e) from e
 
-# %% ../nbs/15_exercises.ipynb #5df5a733
+# %% ../nbs/15_exercises.ipynb #ea9e1fdc
 _LIBRARIES = tuple(os.path.abspath(p) + os.sep for p in (os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"]))
 _OWN_CODE = set()  # code of the checker that the reader's code calls (the model given to greedy_decode): never "their line"
 
@@ -64,6 +64,7 @@ def _place(frame: tuple[str, str, int] | None) -> str:
     in_cell = re.search(r"ipykernel_\d+|<ipython-input-|^<", filename)
     where = f"line {line} of your cell" if in_cell else f"{os.path.basename(filename)}, line {line}"
     code = linecache.getline(filename, line).strip()
+    code = code if len(code) <= 100 else code[:97] + "..."
     return f"in {name}, {where}" + (f": {code}" if code else "")
 
 def _crash_report(name: str, crash: Crash) -> str:
@@ -77,7 +78,7 @@ def _crash_report(name: str, crash: Crash) -> str:
     return (f"{name}: your code raised {type(e).__name__}{': ' + message if message else ''}\n"
             f"  {_place(_reader_frame(e))} (the check was running it {crash.when})")
 
-# %% ../nbs/15_exercises.ipynb #b255253e
+# %% ../nbs/15_exercises.ipynb #dfb30cfc
 @dataclass
 class Exercise:
     "One exercise: the piece to write, the chapter that teaches it, and the properties an answer must have, in order."
@@ -104,7 +105,7 @@ def prop(name: str):
         return f
     return add
 
-# %% ../nbs/15_exercises.ipynb #f458ac8b
+# %% ../nbs/15_exercises.ipynb #8db79201
 def _is_kind(answer, ex: Exercise) -> None:
     "A class for a class exercise (not an instance of it), a function for a function exercise."
     if ex.kind == "class" and not inspect.isclass(answer):
@@ -137,7 +138,7 @@ def _has_signature(answer, ex: Exercise) -> None:
     if extra:
         raise Wrong(f"it requires a parameter `{extra[0]}`, which the chapter's ({ex.signature}) does not have: give it a default.")
 
-# %% ../nbs/15_exercises.ipynb #750bf8b7
+# %% ../nbs/15_exercises.ipynb #c7b116d2
 def _find(name) -> Exercise | None:
     "The exercise called `name`, forgiving case, spaces and underscores (\"multi_headed_attention\", \"Batch.make_std_mask\")."
     key = re.sub(r"[^a-z0-9]", "", str(name).lower())
@@ -174,7 +175,7 @@ def check(name: str,  # the exercise: "attention", "MultiHeadedAttention", ... (
     print(f"{ex.name}: correct, all {len(ex.properties)} checks pass.")
     return True
 
-# %% ../nbs/15_exercises.ipynb #bd9473bd
+# %% ../nbs/15_exercises.ipynb #b96f003c
 def _describe(x) -> str:
     "A short description of what the reader's code returned, for a message."
     if torch.is_tensor(x):
@@ -228,7 +229,7 @@ def _no_gradient(named: dict) -> str | None:
     "The name of the first tensor of `named` that received no gradient, else None."
     return next((n for n, t in named.items() if t.grad is None or not t.grad.abs().sum() > 0), None)
 
-# %% ../nbs/15_exercises.ipynb #919f2985
+# %% ../nbs/15_exercises.ipynb #826960b2
 exercise("attention", "01_attention", "query, key, value, mask=None, dropout=None", "function")
 
 def _qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -255,7 +256,7 @@ def _attend(attention, when: str, *args, **kwargs) -> tuple[torch.Tensor, torch.
         raise Wrong(f"it should return (output, weights), two tensors; it returned {_describe(result)}.")
     return _tensor(result[0], "the output"), _tensor(result[1], "the weights")
 
-# %% ../nbs/15_exercises.ipynb #04193d24
+# %% ../nbs/15_exercises.ipynb #8f8aa6ab
 @prop("attention")
 def _attention_shapes(attention):
     "Returns (output, weights) of shapes (..., queries, d_v) and (..., queries, keys), and leaves its inputs as they were."
@@ -381,7 +382,7 @@ def _attention_gradients(attention):
     if missing:
         raise Wrong(f"no gradient reaches `{missing}`: is it used through .detach(), .data or numpy?")
 
-# %% ../nbs/15_exercises.ipynb #a26cee34
+# %% ../nbs/15_exercises.ipynb #b3a20aff
 exercise("MultiHeadedAttention", "01_attention", "h, d_model, dropout", "class")
 
 def _mha_inputs(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -427,7 +428,7 @@ def _by_hand(layers, q, k, v, h, scale=None, split="right", concat="right") -> t
     x = x.transpose(1, 2).reshape(b, -1, d_model) if concat == "right" else x.reshape(b, -1, d_model)
     return layers[3](x)
 
-# %% ../nbs/15_exercises.ipynb #93838e3e
+# %% ../nbs/15_exercises.ipynb #7b68b4b2
 @prop("MultiHeadedAttention")
 def _mha_is_a_module(cls):
     "An nn.Module with four nn.Linear(d_model, d_model) projections, whose output has the query's shape."
@@ -546,7 +547,7 @@ def _mha_refuses_bad_heads(cls):
     raise Wrong("MultiHeadedAttention(h=3, d_model=32) was built without complaint: refuse a d_model that h does not "
                 "divide (assert d_model % h == 0), before it fails later with a puzzling shape error.")
 
-# %% ../nbs/15_exercises.ipynb #3748714d
+# %% ../nbs/15_exercises.ipynb #dc1221c7
 exercise("PositionalEncoding", "02_layers", "d_model, dropout, max_len", "class")
 
 def _sinusoids(n: int, d: int, swap=False, halves=False, exponent="2i", first=0) -> torch.Tensor:
@@ -564,7 +565,7 @@ def _sinusoids(n: int, d: int, swap=False, halves=False, exponent="2i", first=0)
         return torch.where(j % 2 == 0, (pos * 10000.0 ** (-j / d)).sin(), (pos * 10000.0 ** (-j / d)).cos())
     return torch.stack([sin, cos], dim=2).reshape(n, d)  # interleaved: sin, cos, sin, cos, ...
 
-# %% ../nbs/15_exercises.ipynb #efd6852b
+# %% ../nbs/15_exercises.ipynb #bb5c992a
 @prop("PositionalEncoding")
 def _pe_table(cls):
     "An nn.Module that, given zeros (batch, seq, d_model), returns the sinusoid table of section 3.5 for every sentence."
@@ -640,7 +641,7 @@ def _pe_dropout(cls):
         raise Wrong("with dropout=0.5 in eval mode the output still changes: use an nn.Dropout module, which is off in "
                     "eval mode.")
 
-# %% ../nbs/15_exercises.ipynb #552cfbb3
+# %% ../nbs/15_exercises.ipynb #5a0991be
 exercise("LayerNorm", "02_layers", "features, eps", "class")
 
 def _gain_and_bias(norm: nn.Module, features: int) -> tuple[nn.Parameter, nn.Parameter]:
@@ -660,7 +661,7 @@ def _normalised(x: torch.Tensor, eps: float, unbiased=True, eps_inside=False) ->
     var = x.var(-1, keepdim=True, unbiased=unbiased)
     return centred / (var + eps).sqrt() if eps_inside else centred / (var.sqrt() + eps)
 
-# %% ../nbs/15_exercises.ipynb #1c3238a0
+# %% ../nbs/15_exercises.ipynb #45547dc1
 @prop("LayerNorm")
 def _ln_parameters(cls):
     "An nn.Module with a learned gain (ones) and bias (zeros) of shape (features,); the output has the input's shape."
@@ -735,7 +736,7 @@ def _ln_gain_and_bias(cls):
     if missing:
         raise Wrong(f"no gradient reaches {missing}: is it used through .detach(), .data or numpy?")
 
-# %% ../nbs/15_exercises.ipynb #4a032974
+# %% ../nbs/15_exercises.ipynb #f27b866d
 exercise("subsequent_mask", "03_model", "size", "function", aliases={"size": ("seq_len",)})  # the package says seq_len
 
 def _causal(n: int) -> torch.Tensor:
@@ -774,7 +775,7 @@ def _mask_values(subsequent_mask):
         raise Wrong(f"row {row} of subsequent_mask({n}) is {m[0, row].int().tolist()}; expected {_causal(n)[0, row].int().tolist()}: "
                     "row i allows keys 0..i.")
 
-# %% ../nbs/15_exercises.ipynb #c390b602
+# %% ../nbs/15_exercises.ipynb #c242055d
 exercise("make_std_mask", "04_batches", "tgt, pad", "function")
 
 _STD_TGT = torch.tensor([[0, 2, 5, 4, 3, 3], [0, 6, 2, 3, 3, 3]])  # two target rows padded with id 3 (0 and 2 are words here)
@@ -822,7 +823,7 @@ def _std_mask_values(answer):
     raise Wrong(f"for tgt {_STD_TGT.tolist()} with pad=3, row {q} of sentence {b} is {m[b, q].int().tolist()}; expected "
                 f"{expected[b, q].int().tolist()}: keys that are not padding, up to the query's own position.")
 
-# %% ../nbs/15_exercises.ipynb #e76a3bf8
+# %% ../nbs/15_exercises.ipynb #24781e22
 exercise("rate", "05_training", "step, model_size, factor, warmup", "function")
 
 def _equation_3(step, model_size, factor, warmup) -> float:
@@ -884,7 +885,7 @@ def _rate_step_0(rate):
         raise Wrong(f"rate(0, 512, 1.0, 4000) is {r:.6g}; expected rate(1, 512, 1.0, 4000) = "
                     f"{_equation_3(1, 512, 1.0, 4000):.6g}: treat step 0 as step 1, since LambdaLR asks for the rate at step 0.")
 
-# %% ../nbs/15_exercises.ipynb #664d4c59
+# %% ../nbs/15_exercises.ipynb #73fcbb8c
 exercise("LabelSmoothing", "05_training", "size, padding_idx, smoothing", "class")
 
 def _smoothed(target: torch.Tensor, size: int, padding_idx: int, smoothing: float) -> torch.Tensor:
@@ -916,7 +917,7 @@ def _smoothing_loss(cls, size, padding_idx, smoothing, target, grad=False):
         raise Wrong("the loss is NaN or inf: t log t must count as 0 where t = 0 (nn.KLDivLoss does this; so does torch.xlogy).")
     return loss.reshape(()), x
 
-# %% ../nbs/15_exercises.ipynb #80fb4ea3
+# %% ../nbs/15_exercises.ipynb #f767b0b1
 @prop("LabelSmoothing")
 def _ls_distribution(cls):
     """The target distribution, read from the gradient (the loss's gradient with respect to x is -t): 1 - smoothing on
@@ -982,7 +983,7 @@ def _ls_no_smoothing(cls):
         raise Wrong(f"with smoothing=0 the loss is {loss.item():.6g}; expected the summed negative log-likelihood of the "
                     f"correct tokens, padding ignored: {expected.item():.6g}.")
 
-# %% ../nbs/15_exercises.ipynb #ff1879e7
+# %% ../nbs/15_exercises.ipynb #38f87f05
 exercise("greedy_decode", "05_training", "model, src, src_mask, max_len, start_symbol", "function")
 
 class Oracle(nn.Module):
@@ -1051,7 +1052,7 @@ def _decoded(greedy_decode, src, max_len, start, when) -> tuple[torch.Tensor, Or
         raise Wrong(f"each output should begin with the start symbol {start}; the first column is {ys[:, 0].tolist()}.")
     return ys, model
 
-# %% ../nbs/15_exercises.ipynb #4f51c8f8
+# %% ../nbs/15_exercises.ipynb #a3862038
 @prop("greedy_decode")
 def _greedy_one_sentence(greedy_decode):
     """On one sentence, each token is the argmax of the model's prediction at the last position given the tokens before
