@@ -1,4 +1,4 @@
-"""Write the pieces of chapters 1 to 5 yourself, from the paper's equations, and check them with `check`.
+"""Write chapters 1-5 yourself, checked.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/exercises.html.md"""
 
