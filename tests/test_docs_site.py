@@ -143,6 +143,20 @@ def test_charts_math_and_tooltips(site_url, browser):
     page.close()
 
 
+def test_exercise_solutions_are_folded_until_opened(site_url, browser):
+    "An exercise's solution (a Colab form cell) shows only its 'Show the solution' line until the reader opens it."
+    page = browser.new_page()
+    page.goto(site_url + "01_attention.html", wait_until="networkidle")
+    folds = page.locator("details", has_text="Show the solution")
+    assert folds.count() == 2, "01_attention: one folded solution per exercise"
+    code = folds.first.locator("pre").first
+    assert not code.is_visible(), "the solution shows before it is opened"
+    folds.first.locator("summary").click()
+    code.wait_for(state="visible", timeout=5000)
+    assert "def attention(" in code.inner_text() and "#@title" not in code.inner_text()
+    page.close()
+
+
 def test_api_page_covers_every_module():
     "A new exported module must be added to docs/api.md, or its docstrings never reach the site."
     listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "api.md").read_text()))

@@ -4,7 +4,8 @@
    directives into what Sphinx understands: `#| hide` cells are dropped, directive comments are
    removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
    the code cells between a chapter's title and its first sentence (imports, plumbing) are left out,
-   so that every chapter opens with prose;
+   so that every chapter opens with prose; a Colab form cell (`#@title Solution`, an exercise's solution) is folded
+   under "Show the solution";
 2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and the parts of MathJax 3 the
    pages use (from the pip package sphinx-mathjax-offline: no Node, no npm) into _static, so pages
    load nothing from elsewhere;
@@ -114,6 +115,11 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
             cell = compact_charts({**cell, "source": code})
             if "#|echo:false" in (d.replace(" ", "") for d in directives):  # only the output shows (nbdev's echo: false)
                 cell["metadata"] = {**cell["metadata"], "tags": ["remove-input"]}
+            if code.startswith("#@title"):  # a Colab form, as an exercise's solution: its code folded under its title
+                title = code.splitlines()[0].removeprefix("#@title").strip().lower()
+                cell["source"] = code.split("\n", 1)[1] if "\n" in code else ""
+                cell["metadata"] = {**cell["metadata"], "tags": ["hide-input"],
+                                    "mystnb": {"code_prompt_show": f"Show the {title}", "code_prompt_hide": f"Hide the {title}"}}
         elif cell["cell_type"] == "markdown":
             if FIGURE.search(text):
                 figure = (ROOT / "docs" / "architecture.svg").read_text().strip()
