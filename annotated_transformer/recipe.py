@@ -155,6 +155,7 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
                    data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                    device: str | None = None,  # default: the best available
                    beam_size: int = 1,  # the ensemble's beam (1: greedy, as for the shipped student)
+                   with_references: bool = False,  # also each training pair with its reference: twice the pairs
                    ) -> Path:
     """A student's corpus: the training German with the teachers' ensemble translations; val and test as Multi30k has them.
     Written once: a complete corpus of the same teachers and beam (teachers.json: their folders, their weights' SHA-256
@@ -162,7 +163,8 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
     out = Path(out)
     if not teacher_dirs:
         raise ValueError("distill_corpus needs at least one teacher folder, got none")
-    sealed = json.dumps(_sealed(teacher_dirs, beam_size), indent=1) + "\n"
+    sealed = json.dumps(_sealed(teacher_dirs, beam_size) | ({"with_references": True} if with_references else {}),
+                        indent=1) + "\n"
     if (out / "train.en").exists():  # written last: the corpus is complete
         if not (out / "teachers.json").exists() or (out / "teachers.json").read_text() != sealed:
             raise ValueError(f"{out} holds a corpus of other teachers or another beam (see its teachers.json): remove it or give another folder")
@@ -175,8 +177,11 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
         write_lines(out / f"{split}.de", [de for de, _ in pairs[split]])
         write_lines(out / f"{split}.en", [en for _, en in pairs[split]])
     german = [de for de, _ in pairs["train"]]
+    english = ensemble.translate(german, beam_size=beam_size)
+    if with_references:  # the references first, then the ensemble's translations of the same German
+        german, english = german + german, [en for _, en in pairs["train"]] + english
     write_lines(out / "train.de", german)
-    write_lines(out / "train.en", ensemble.translate(german, beam_size=beam_size))
+    write_lines(out / "train.en", english)
     return out
 
 def build_distilled(out: str | Path | None = None,  # where to write the model (default: `shipped_model_dir()`)

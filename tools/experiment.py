@@ -7,8 +7,10 @@ An experiment file says what a reader's question needs, and nothing else:
      "runs": {"recipe": {},                           # run name -> the settings it changes ({} : the recipe itself)
               "no smoothing": {"smoothing": 0.0},
               "longer": {"continues": "recipe", "epochs": 22},    # a copy of a finished run, trained on
-              "student": {"distilled_from": ["recipe", "no smoothing"], "teacher_beam": 1}},
+              "student": {"distilled_from": ["recipe", "no smoothing"], "teacher_beam": 1,
+                          "with_references": false}},
                                                       # trained on the teachers' ensemble translations of the training set
+                                                      # (and on its references too, with_references: twice the pairs)
      "ensembles": {"both": {"members": ["recipe", "no smoothing"], "dtype": "int8"}},
                                                       # runs decoded together, weights stored in dtype; scored as a run
      "seeds": [0, 1],                                 # each run once per seed (default [0])
@@ -50,7 +52,7 @@ from annotated_transformer.model import ModelConfig  # noqa: E402 (the package o
 
 EXPERIMENT_KEYS = {"question", "recipe", "runs", "seeds", "measure", "ensembles"}
 MEASURE_KEYS = {"average_last", "beams", "limit", "curve", "length_penalties"}
-RUN_ONLY_KEYS = {"continues", "distilled_from", "teacher_beam"}  # what a run may say beside settings
+RUN_ONLY_KEYS = {"continues", "distilled_from", "teacher_beam", "with_references"}  # what a run may say beside settings
 DTYPES = ("float32", "float16", "int8")  # how an ensemble's members are stored (torch dtypes of these names)
 NOT_SETTINGS = {"out_dir", "data_dir"}  # the runner places every run itself
 
@@ -130,14 +132,16 @@ def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
                           f"{path}: run {name!r}")
             teachers = [runs_dir / folder_name(configs[t]) for t in run.get("distilled_from", [])]
             if teachers:  # the teachers' translations are the corpus: a folder named by the teachers and their beam
-                corpus = "corpus-" + hashlib.sha256(json.dumps([[t.name for t in teachers], run.get("teacher_beam", 1)])
+                corpus = "corpus-" + hashlib.sha256(json.dumps([[t.name for t in teachers], run.get("teacher_beam", 1)]
+                                                                + (["with references"] if run.get("with_references") else []))
                                                     .encode()).hexdigest()[:12]
                 cfg = replace(cfg, corpus_dir=str(runs_dir / corpus))
             configs[name] = cfg
             source = run.get("continues")
             planned.append({"name": name, "seed": seed, "config": replace(cfg, out_dir=str(runs_dir / folder_name(cfg))),
                             "continues": None if source is None else runs_dir / folder_name(configs[source]),
-                            "teachers": teachers, "teacher_beam": run.get("teacher_beam", 1)})
+                            "teachers": teachers, "teacher_beam": run.get("teacher_beam", 1),
+                            "with_references": bool(run.get("with_references", False))})
     return planned
 
 
@@ -184,7 +188,8 @@ def train_runs(planned: list[dict], data_dir: str | None, average_last: int = 5,
         if run["teachers"]:
             found = [candidates(teacher, average_last) for teacher in run["teachers"]]
             chosen = [c[choose_on_val(c, data_dir, limit=limit)[0]] for c in found]
-            distill_corpus(chosen, cfg.corpus_dir, data_dir, beam_size=run["teacher_beam"])
+            distill_corpus(chosen, cfg.corpus_dir, data_dir, beam_size=run["teacher_beam"],
+                           with_references=run["with_references"])
         train(cfg)
 
 
