@@ -106,6 +106,15 @@ def test_runs_with_the_same_settings_share_a_folder(tmp_path):
     assert [Path(r["config"].out_dir).name for r in planned] == ["recipe", "recipe", "precision-fp32"]
 
 
+def test_a_student_with_the_references_has_a_corpus_of_its_own(tmp_path):
+    "The same teachers with and without the references make two corpora, in two folders: neither reuses the other's."
+    spec = {"runs": {"t": {}, "alone": {"distilled_from": ["t"]},
+                     "with refs": {"distilled_from": ["t"], "with_references": True, "epochs": 19}}}
+    planned = {r["name"]: r for r in experiment.planned_runs(spec, write(tmp_path, "x", spec), tmp_path)}
+    assert planned["with refs"]["with_references"] and not planned["alone"]["with_references"]
+    assert planned["with refs"]["config"].corpus_dir != planned["alone"]["config"].corpus_dir
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.json")), ids=lambda p: p.stem)
 def test_every_experiment_file_is_the_recipe_plus_what_it_changes(path):
     spec = experiment.read_experiment(path)
