@@ -504,9 +504,10 @@ SUBCOMMANDS = {
                   add_copy_task_arguments, copy_task_main),
     "train": ("train a German-to-English model on Multi30k (one process, or many under torchrun)",
               add_train_arguments, train_main),
-    "translate": ("translate German sentences (arguments or stdin) with a shipped model or a checkpoint",
+    "translate": ("translate sentences (arguments, stdin or --input) with a shipped model or a checkpoint",
                   add_translate_arguments, translate_main),
-    "evaluate": ("sacreBLEU of a shipped model or a checkpoint on Multi30k val or test2016", add_evaluate_arguments, evaluate_main),
+    "evaluate": ("sacreBLEU and chrF of a shipped model or a checkpoint on Multi30k, a corpus folder or two files",
+                 add_evaluate_arguments, evaluate_main),
     "average": ("average the weights of several checkpoints (section 6.1)", add_average_arguments, average_main),
 }
 COMPUTING = ("copy-task", "train", "translate", "evaluate")  # the subcommands that train or decode: they take --threads
