@@ -217,3 +217,17 @@ def test_ctrl_c_keeps_the_finished_lines(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(command, "_translator", lambda args: SlowTranslator(stop_at=1))
     assert command.main(["translate", "--input", str(source), "--output", str(tmp_path / "b.en")]) == 130
     assert not (tmp_path / "b.en").exists() and not (tmp_path / "b.en.partial").exists()
+
+
+def test_the_french_record_gives_its_score():
+    "The English-French run's recorded beam-4 translations of test2016 score the test BLEU its record states."
+    import sacrebleu
+    root = Path(__file__).resolve().parents[1] / "results" / "en-fr"
+    if not FRENCH.is_dir():
+        pytest.fail(f"the French side of Multi30k is not at {FRENCH}", pytrace=False)
+    hyps = (root / "test2016_beam4.fr").read_text(encoding="utf-8").splitlines()
+    refs = read_lines(FRENCH / "test_2016_flickr.fr.gz")
+    recorded = next(s["bleu"] for s in json.loads((root / "scores.json").read_text())["scores"]
+                    if s["split"] == "test" and s["beam_size"] == 4)
+    assert len(hyps) == len(refs) == 1000
+    assert round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2) == recorded
