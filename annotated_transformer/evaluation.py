@@ -115,7 +115,7 @@ def evaluate_translator(translator: Translator,
                         corpus_dir: str | Path | None = None,  # or a corpus folder as `train --corpus-dir` reads it
                         files: tuple | None = None,  # or two files: (source, reference), one sentence a line
                         ) -> dict:
-    "BLEU and chrF of a `Translator` on a test set, with their signatures, the tutorials' BLEU, `<unk>`s and examples."
+    "BLEU and chrF of a `Translator` on a test set, with signatures, the tutorials' BLEU, the count of `<unk>` and examples."
     given = pairs is not None
     if not given:
         pairs, data = test_set(translator.src_lang, translator.tgt_lang, split, data_dir, corpus_dir, files)
