@@ -7,11 +7,12 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 # %% auto #0
 __all__ = ['MAX_BEAM', 'MAX_ALPHA', 'SHIPPED_MODEL', 'AttentionCache', 'DecoderCache', 'cached_attention', 'positioned',
            'decode_step', 'DecodingState', 'Decodable', 'OneModel', 'stepwise', 'greedy_decode_cached',
-           'length_penalty', 'beam_search', 'sequence_score', 'padded_batches', 'Translator', 'translate',
+           'length_penalty', 'beam_search', 'sequence_score', 'blank', 'padded_batches', 'Translator', 'translate',
            'shipped_model_dir', 'EnsembleState', 'Ensemble', 'load_ensemble']
 
 # %% ../nbs/11_decoding.ipynb #1bd577e0
 import math
+import unicodedata
 from importlib.resources import files
 from pathlib import Path
 
@@ -285,6 +286,10 @@ def _check_decoding_args(beam_size: int, alpha: float, max_extra: int, batch_siz
     if not _whole(max_extra, 1):
         raise ValueError(f"max_extra must be a whole number >= 1, got {max_extra!r}")
 
+def blank(sentence: str) -> bool:
+    "True for a sentence with nothing to translate: empty, or only spaces and invisible format characters (U+200B, U+FEFF)."
+    return all(c.isspace() or unicodedata.category(c) in ("Cf", "Cc") for c in sentence)
+
 def _sentence_list(sentences) -> list[str]:
     "The sentences `translate` was given, as a list; a `TypeError` for anything but strings."
     if isinstance(sentences, (bytes, bytearray, dict)) or not hasattr(sentences, "__iter__"):
@@ -314,6 +319,7 @@ class Translator:
                  tgt_vocab: Vocab | SubwordVocab,
                  src_lang: str = "de", tgt_lang: str = "en"):  # spaCy languages of word vocabularies
         self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.src_codec, self.tgt_codec = text_codec(src_vocab, src_lang), text_codec(tgt_vocab, tgt_lang)
         self.banned = UNK if isinstance(tgt_vocab, SubwordVocab) else None  # subwords can spell any word
         if model.config.src_vocab != len(src_vocab) or model.config.tgt_vocab != len(tgt_vocab):
@@ -359,7 +365,7 @@ class Translator:
             i, n = long[0]
             raise ValueError(f"sentence {i + 1} has {n} tokens: with up to {max_extra} output tokens more it exceeds "
                              f"the model's max_len={self.model.config.max_len} ({sentences[i][:40]!r}...)")
-        todo = [i for i, s in enumerate(sentences) if s.strip()]  # a blank sentence translates to a blank line
+        todo = [i for i, s in enumerate(sentences) if not blank(s)]  # a blank sentence translates to a blank line
         results = [""] * len(sentences)
         for i, text in zip(todo, self._translate_encoded([self.encode(sentences[i]) for i in todo], beam_size,
                                                          alpha, max_extra, batch_size)):

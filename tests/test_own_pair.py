@@ -1,0 +1,233 @@
+"""Your own language pair, end to end, as a user runs it (subprocesses): a corpus folder of plain files is trained on
+for a few steps, and the checkpoint it wrote is evaluated (--corpus-dir, --src/--ref) and translates a file. Also: the
+shipped model scored through --src/--ref gives sacreBLEU's own score of its translations; bad test files get one line
+and exit 2; translate streams its output batch by batch, keeps the finished lines after Ctrl-C, and gives an empty line
+for a blank or invisible one."""
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer import cli as command
+from annotated_transformer.data import read_lines
+from annotated_transformer.decoding import shipped_model_dir
+
+FRENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k-fr"  # the French side, as CI holds it
+
+
+def cli(*args, stdin=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "annotated_transformer.cli", *args], input=stdin, capture_output=True,
+                          cwd=cwd, timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
+
+
+def one_line_exit_2(res, says):
+    err = res.stderr.decode()
+    assert res.returncode == 2, (res.returncode, err[-2000:])
+    assert says in err and err.strip().count("\n") == 0 and "Traceback" not in err, err
+
+
+def refused(capsys, *args, says):
+    "The command's entry point, run in this process (no start-up cost): exit status 2 and one line that says `says`."
+    status = command.main(list(args))
+    captured = capsys.readouterr()
+    assert status == 2, (status, captured.err[-2000:])
+    assert says in captured.err and captured.err.strip().count("\n") == 0 and "Traceback" not in captured.err, captured.err
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, multi30k):
+    "A small English-French corpus folder in the layout `train --corpus-dir` reads: {train,val,test}.{en,fr}[.gz]."
+    if not FRENCH.is_dir():
+        pytest.fail(f"the French side of Multi30k is not at {FRENCH}", pytrace=False)
+    folder = tmp_path_factory.mktemp("corpus")
+    for split, name, n in (("train", "train", 300), ("val", "val", 40), ("test", "test_2016_flickr", 30)):
+        en = read_lines(multi30k[f"{name}.en.gz"])[:n]
+        fr = read_lines(FRENCH / f"{name}.fr.gz")[:n]
+        if split == "train":  # plain and gzip files are both read
+            (folder / "train.en").write_text("\n".join(en) + "\n")
+            with gzip.open(folder / "train.fr.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(fr) + "\n")
+        else:
+            (folder / f"{split}.en").write_text("\n".join(en) + "\n")
+            (folder / f"{split}.fr").write_text("\n".join(fr) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run(corpus, tmp_path_factory):
+    "A few training steps on the corpus folder: the run folder, with best/ and last/."
+    out = tmp_path_factory.mktemp("run") / "en-fr"
+    res = cli("train", "--corpus-dir", str(corpus), "--src-lang", "en", "--tgt-lang", "fr", "--out-dir", str(out),
+              "--N", "1", "--d-model", "32", "--d-ff", "64", "--h", "2", "--subwords", "300", "--max-steps", "6",
+              "--epochs", "2", "--warmup", "2", "--max-tokens", "800", "--val-bleu-sentences", "4", "--device", "cpu",
+              "--threads", "2")
+    assert res.returncode == 0, res.stderr.decode()[-3000:]
+    assert (out / "best" / "config.json").is_file() and (out / "last" / "config.json").is_file()
+    return out
+
+
+def test_a_corpus_folder_trains_evaluates_and_translates(corpus, run, tmp_path, capsys):
+    # evaluate on the folder's test split: the languages come from the checkpoint, the JSON is written whole
+    report = tmp_path / "scores.json"
+    res = cli("evaluate", "--checkpoint", str(run / "best"), "--corpus-dir", str(corpus), "--split", "test",
+              "--beam-size", "1", "--json", str(report))
+    assert res.returncode == 0, res.stderr.decode()[-3000:]
+    lines = res.stdout.decode().splitlines()
+    assert lines[0].startswith("BLEU = ") and "sacreBLEU signature: nrefs:1|case:mixed" in lines[1], lines
+    assert any(line.startswith("chrF2 = ") for line in lines), lines
+    result = json.loads(report.read_text())
+    assert result["sentences"] == 30 and result["beam_size"] == 1 and result["split"] == "test"
+    assert result["checkpoint"] == str((run / "best").resolve())
+    for key in ("bleu", "chrf", "tokenized_bleu"):
+        assert 0 <= result[key] <= 100, (key, result[key])
+    assert result["signature"].startswith("nrefs:1") and result["chrf_signature"].startswith("nrefs:1")
+    # the same sentences through --src/--ref (the run's last/ this time), and --json alone prints the JSON
+    res = cli("evaluate", "--checkpoint", str(run / "last"), "--src", str(corpus / "test.en"), "--ref",
+              str(corpus / "test.fr"), "--beam-size", "1", "--json")
+    assert res.returncode == 0, res.stderr.decode()[-3000:]
+    by_files = json.loads(res.stdout)
+    assert by_files["sentences"] == 30 and by_files["split"] is None
+    # translate a file: line N for line N, blank lines kept
+    source = tmp_path / "in.en"
+    source.write_text("A dog runs.\n\nTwo men play soccer.\n")
+    res = cli("translate", "--checkpoint", str(run / "best"), "--input", str(source), "--output", str(tmp_path / "out.fr"),
+              "--beam-size", "1")
+    assert res.returncode == 0 and res.stdout == b"", res.stderr.decode()[-3000:]
+    out = (tmp_path / "out.fr").read_text().split("\n")
+    assert len(out) == 4 and out[1] == "" and out[3] == "", out
+    assert not (tmp_path / "out.fr.partial").exists()
+    # a German test set is refused before anything is translated: the file names say which languages they hold
+    (tmp_path / "test.de").write_text("Ein Hund.\n")
+    (tmp_path / "test.fr").write_text("Un chien.\n")
+    refused(capsys, "evaluate", "--checkpoint", str(run / "best"), "--src", str(tmp_path / "test.de"), "--ref",
+            str(tmp_path / "test.fr"), says="the file name says de, but the model translates en to fr")
+    refused(capsys, "evaluate", "--checkpoint", str(run / "best"), says="translates en to fr, and Multi30k's test here is German-English")
+
+
+def test_the_shipped_model_on_files_gives_sacrebleus_score(multi30k, tmp_path):
+    "Through --src/--ref, on files it never saw: the BLEU and chrF sacreBLEU gives on the translations it writes."
+    import sacrebleu
+    de, en = (read_lines(multi30k[f"test_2016_flickr.{lang}.gz"])[:40] for lang in ("de", "en"))
+    (tmp_path / "mine.de").write_text("\n".join(de) + "\n")
+    with gzip.open(tmp_path / "mine.en.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(en) + "\n")
+    res = cli("evaluate", "--src", str(tmp_path / "mine.de"), "--ref", str(tmp_path / "mine.en.gz"), "--beam-size", "1",
+              "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr.decode()[-3000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    from annotated_transformer.decoding import Translator
+    hyps = Translator.from_checkpoint(shipped_model_dir(), "cpu").translate(de, beam_size=1)  # what translate writes
+    assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [en]).score, abs=1e-9)
+    assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [en]).score, abs=1e-9)
+    assert result["sentences"] == 40 and result["checkpoint"] == str(shipped_model_dir().resolve())
+
+
+def test_bad_test_files_are_one_line_and_exit_2(tmp_path, capsys):
+    good = tmp_path / "good.de"
+    good.write_text("Ein Hund.\nZwei Männer.\n")
+    (tmp_path / "three.en").write_text("A dog.\nTwo men.\nA cat.\n")
+    (tmp_path / "empty.en").write_text("")
+    (tmp_path / "latin1.en").write_bytes(b"Gr\xfc\xdfe\nTwo\n")
+    (tmp_path / "folder.en").mkdir()
+    for ref, says in (("three.en", "three.en has 3 lines, expected 2 as in"), ("empty.en", "empty.en is empty"),
+                      ("latin1.en", "latin1.en: not UTF-8 text"), ("missing.en", "missing.en: No such file or directory"),
+                      ("folder.en", "folder.en is a folder: expected a file of sentences")):
+        refused(capsys, "evaluate", "--src", str(good), "--ref", str(tmp_path / ref), says=says)
+    refused(capsys, "evaluate", "--src", str(good), says="give --src and --ref together")
+    refused(capsys, "evaluate", "--src", str(good), "--ref", str(good), "--corpus-dir", str(tmp_path), says="not both")
+    refused(capsys, "evaluate", "--corpus-dir", str(tmp_path), says="missing")
+    refused(capsys, "evaluate", "--src", str(good), "--ref", str(tmp_path / "three.en"), "--json", str(tmp_path),
+            says="is a folder: expected a file name")
+    # and as a user meets it, in a process of its own
+    one_line_exit_2(cli("evaluate", "--src", str(good), "--ref", str(tmp_path / "three.en")), "three.en has 3 lines")
+
+
+def test_translate_refuses_a_bad_destination_before_translating(tmp_path, capsys):
+    source = tmp_path / "in.de"
+    source.write_text("Ein Hund.\n")
+    for output, says in ((tmp_path, "is a folder: expected a file name"),
+                         (tmp_path / "no" / "out.en", "no such folder"),
+                         (source, "is the file being translated")):
+        refused(capsys, "translate", "--input", str(source), "--output", str(output), says=says)
+    refused(capsys, "translate", "--input", str(tmp_path), says="is a folder: expected a file of sentences")
+    refused(capsys, "translate", "--input", str(tmp_path / "none.de"), says="none.de: No such file or directory")
+    with open(source, "rb") as f:  # stdin read from the very file --output names
+        res = subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "translate", "--output", str(source)],
+                             stdin=f, capture_output=True, timeout=600)
+    one_line_exit_2(res, "is the file being translated")
+    assert source.read_text() == "Ein Hund.\n"  # never overwritten
+
+
+def test_invisible_and_blank_lines_give_empty_lines(tmp_path):
+    text = "Ein Hund.\n\u200b\n\ufeff\n   \n\nZwei Männer.\n"
+    res = cli("translate", "--beam-size", "1", stdin=text.encode())
+    out = res.stdout.decode().split("\n")
+    assert res.returncode == 0 and len(out) == 7, (out, res.stderr.decode()[-2000:])
+    assert out[1:5] == ["", "", "", ""] and out[0] and out[5], out
+
+
+class SlowTranslator:
+    "Stands in for a model: translates a line to its upper case, and is stopped (Ctrl-C) on the batch `stop_at`."
+    def __init__(self, stop_at=None):
+        self.calls, self.stop_at = 0, stop_at
+        self.model = type("M", (), {"config": type("C", (), {"max_len": 5000})()})()
+    def too_long(self, sentences, max_extra=50):
+        return []
+    def translate(self, sentences, beam_size=4, alpha=0.6, batch_size=64):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return [s.upper() for s in sentences]
+
+
+def test_translation_batches_stream_in_order():
+    "Each batch comes out before the next lines are read: memory is one batch, and output follows input line for line."
+    read = []
+    def lines():
+        for i in range(10):
+            read.append(i)
+            yield "" if i % 4 == 3 else f"line {i}"
+    batches = command.translation_batches(SlowTranslator(), lines(), batch_size=3)
+    first = next(batches)
+    assert first == ["LINE 0", "LINE 1", "LINE 2"] and len(read) == 3
+    rest = [line for batch in batches for line in batch]
+    assert first + rest == ["" if i % 4 == 3 else f"LINE {i}" for i in range(10)]
+
+
+def test_ctrl_c_keeps_the_finished_lines(tmp_path, monkeypatch, capsys):
+    source = tmp_path / "in.de"
+    source.write_text("".join(f"satz {i}\n" for i in range(10)))
+    # to a file: FILE is not written; FILE.partial holds the first two batches, in order, and the message names it
+    monkeypatch.setattr(command, "_translator", lambda args: SlowTranslator(stop_at=3))
+    assert command.main(["translate", "--input", str(source), "--output", str(tmp_path / "out.en"), "--batch-size", "3"]) == 130
+    assert not (tmp_path / "out.en").exists()
+    assert (tmp_path / "out.en.partial").read_text() == "".join(f"SATZ {i}\n" for i in range(6))
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "out.en.partial" in err and err.strip().count("\n") == 0, err
+    # to stdout: the lines already written stay
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(source.read_bytes())))
+    assert command.main(["translate", "--batch-size", "4"]) == 130
+    assert capsys.readouterr().out == "".join(f"SATZ {i}\n" for i in range(8))
+    # stopped before the first batch is done: no partial file is left behind
+    monkeypatch.setattr(command, "_translator", lambda args: SlowTranslator(stop_at=1))
+    assert command.main(["translate", "--input", str(source), "--output", str(tmp_path / "b.en")]) == 130
+    assert not (tmp_path / "b.en").exists() and not (tmp_path / "b.en.partial").exists()
+
+
+def test_the_french_record_gives_its_score():
+    "The English-French run's recorded beam-4 translations of test2016 score the test BLEU its record states."
+    import sacrebleu
+    root = Path(__file__).resolve().parents[1] / "results" / "en-fr"
+    if not FRENCH.is_dir():
+        pytest.fail(f"the French side of Multi30k is not at {FRENCH}", pytrace=False)
+    hyps = (root / "test2016_beam4.fr").read_text(encoding="utf-8").splitlines()
+    refs = read_lines(FRENCH / "test_2016_flickr.fr.gz")
+    recorded = next(s["bleu"] for s in json.loads((root / "scores.json").read_text())["scores"]
+                    if s["split"] == "test" and s["beam_size"] == 4)
+    assert len(hyps) == len(refs) == 1000
+    assert round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2) == recorded
