@@ -16,8 +16,8 @@ import torch
 from safetensors import safe_open
 
 from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, check_destination, check_path, check_stored_weights,
-                                             load_weights, model_config, read_config, save_model, trusted_manifest,
-                                             vocabulary_fingerprint, weights_to_save)
+                                             load_weights, model_config, read_config, resolved, save_model,
+                                             trusted_manifest, vocabulary_fingerprint, weights_to_save)
 from .data import load_multi30k
 from .decoding import Translator
 from .subwords import TOKENIZER_FILE, WORD_VOCAB_FILES
@@ -91,12 +91,11 @@ def averaged_dtype(paths: list[Path]) -> torch.dtype:
 
 def _check_average_out(paths: list[Path], out: Path) -> None:
     "Refuse an output folder that would overwrite an input, a run's checkpoint or one that averaging did not write."
-    resolved = {p.resolve() for p in paths}
-    if out.resolve() in resolved:
+    if resolved(out) in {resolved(p) for p in paths}:
         raise ValueError(f"the output folder {out} is one of the checkpoints to average: choose a new folder")
-    if "last" in (out.resolve().name, out.resolve().parent.name):
+    if "last" in (resolved(out).name, resolved(out).parent.name):
         raise ValueError(f"the output folder {out} is (inside) a run's last/ folder, which resuming needs: choose another folder")
-    inside = next((p for p in paths if out.resolve() in p.resolve().parents), None)
+    inside = next((p for p in paths if resolved(out) in resolved(p).parents), None)
     if inside is not None:
         raise ValueError(f"the output folder {out} contains {inside}, one of the checkpoints to average: averaging into "
                          "it would replace the folder as a whole; choose a new folder")
@@ -146,7 +145,7 @@ def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one co
     model = build_model(_check_inputs(paths, trust))
     dtype = dtype or averaged_dtype(paths)
     total = None
-    for p in sorted(paths, key=lambda p: str(p.resolve())):  # one order of summing whatever the order given
+    for p in sorted(paths, key=lambda p: str(resolved(p))):  # one order of summing whatever the order given
         load_weights(model, p, trust)
         w = {k: v.double() for k, v in weights_to_save(model).items()}
         total = w if total is None else {k: total[k] + w[k] for k in total}
