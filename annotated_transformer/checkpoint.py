@@ -246,17 +246,18 @@ def check_manifest(path: str | Path) -> dict | None:
     path = Path(path)
     if not (path / MANIFEST_FILE).is_file():
         return None
+    not_one = ValueError(f"checkpoint {path}: {MANIFEST_FILE} is not a manifest written by save_model")
     try:
         if (path / MANIFEST_FILE).stat().st_size > MANIFEST_LIMIT:
-            raise ValueError("too large")
+            raise not_one
         manifest = read_json(path / MANIFEST_FILE)
         listed, sizes = list(manifest["files"].items()), manifest.get("sizes", {})  # no sizes: an older manifest
-        if not isinstance(sizes, dict) or (sizes and set(sizes) != set(manifest["files"])):
-            raise ValueError("sizes do not match files")
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise ValueError(f"checkpoint {path}: {MANIFEST_FILE} is not a manifest written by save_model") from None
-    for name, _ in listed:  # every name and size before any hashing: a wrong size is found without reading the file
-        f = _listed_file(path, name)
+        raise not_one from None
+    files = {name: _listed_file(path, name) for name, _ in listed}  # names of files inside the folder only
+    if not isinstance(sizes, dict) or (sizes and set(sizes) != set(files)):
+        raise not_one
+    for name, f in files.items():  # every size before any hashing: a wrong size is found without reading the file
         if not f.is_file():
             raise ValueError(f"checkpoint {path} is incomplete: {name} is missing")
         if name in sizes and f.stat().st_size != sizes[name]:
@@ -285,7 +286,13 @@ def _asides(path: Path) -> list[Path]:
     "The temporary folders of interrupted saves of `path`, newest first (.NAME.XXXX.tmp, then .NAME.XXXX.old)."
     found = [Path(p) for ext in ("tmp", "old") for p in glob.glob(glob.escape(str(path.parent / f".{path.name}.")) + f"*.{ext}")]
     found = [p for p in found if "." not in p.name[len(path.name) + 2:-4]]  # not those of a folder NAME.SOMETHING
-    return sorted(found, key=lambda p: (p.suffix == ".tmp", p.stat().st_mtime), reverse=True)
+    times = {}
+    for p in found:
+        try:
+            times[p] = p.stat().st_mtime
+        except FileNotFoundError:  # another writer has just removed its own
+            pass
+    return sorted(times, key=lambda p: (p.suffix == ".tmp", times[p]), reverse=True)
 
 def _writer_tag() -> str:
     "This writer, as its temporary folders name it: the process id and 8 hex digits of the machine's name."
