@@ -307,7 +307,7 @@ class Translator:
                         device: str | torch.device | None = None,
                         trust: bool = False,  # accept a folder without manifest.json (see `load_model`)
                         ) -> "Translator":
-        path = Path(path)
+        path = check_path(path, "a checkpoint folder")  # "" would be the current folder
         model = speed_up(load_model(path, default_device(device), trust))  # the toolkit's fast layers: same results, faster
         extra = read_config(path).get("extra", {})
         return cls(model, *load_vocabularies(path), extra.get("src_lang", "de"), extra.get("tgt_lang", "en"))
