@@ -162,8 +162,9 @@ def _holds_run_lock(run: Path) -> bool:
 
 def _has_vocabularies(folder: Path) -> bool: return any((folder / n).is_file() for n in VOCABULARY_FILES)
 
-def _kind(folder: Path) -> str:
-    return "a translation checkpoint (with vocabularies)" if _has_vocabularies(folder) else "a checkpoint without vocabularies (e.g. the copy task)"
+_KINDS = {True: "a translation checkpoint (with vocabularies)", False: "a checkpoint without vocabularies (e.g. the copy task)"}
+
+def _kind(folder: Path) -> str: return _KINDS[_has_vocabularies(folder)]
 
 def _checkpoint_around(path: Path) -> Path | None:
     "The checkpoint folder that `path` lies inside (a folder above it with a manifest or a config.json), else None."
@@ -186,10 +187,15 @@ def check_writable(path: str | Path) -> None:
         raise ValueError(f"{path} exists and is not a checkpoint folder: it would be replaced as a whole; "
                          "choose a new folder")
 
-def check_destination(path: str | Path) -> Path:
+def check_destination(path: str | Path,
+                      vocabularies: bool | None = None,  # will the save hold vocabularies? (None: not known yet)
+                      ) -> Path:
     "Before any work: `check_writable`, then the folder where `path` will be made must exist as a folder and take new entries."
     path = resolved(check_path(path, "a checkpoint folder"))
     check_writable(path)
+    if vocabularies is not None and path.is_dir() and any(path.iterdir()) and _has_vocabularies(path) != vocabularies:
+        raise ValueError(f"{path} holds {_kind(path)}; this save is {_KINDS[vocabularies]} and would replace it: "
+                         "choose another folder")
     existing = next(p for p in path.parents if p.exists())  # the missing folders on the way are made in it
     if not existing.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder: nothing can be written under it", str(existing))

@@ -111,7 +111,12 @@ def folder(text: str) -> str:
     except OSError as e:  # e.g. a name longer than the file system allows
         raise argparse.ArgumentTypeError(f"{text}: {e.strerror}") from None
     if not found:
-        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+        try:
+            os.stat(text)
+            why = "a file, not a folder"
+        except OSError as e:  # a symbolic link that points back to itself is named as such
+            why = e.strerror if e.errno == errno.ELOOP else "no such folder"
+        raise argparse.ArgumentTypeError(f"{text}: {why}")
     return text
 
 def new_path(text: str) -> str:
@@ -235,7 +240,7 @@ def add_copy_task_arguments(parser: argparse.ArgumentParser) -> None:
 def copy_task_main(args: argparse.Namespace) -> int:
     "Train the copy task, decode examples, report where the checkpoint is."
     cfg = config_from_args(CopyTaskConfig, args)
-    check_destination(args.out)  # before training, not after: a run's folder, another kind of checkpoint, no write access
+    check_destination(args.out, vocabularies=False)  # before training: a run's folder, a translation model, no write access
     device = default_device(args.device)
     print(f"training the copy task on {device} in {resolve_precision(device, cfg.precision)}: {cfg.model.N} layers, "
           f"d_model={cfg.model.d_model}, {cfg.epochs} epochs of {cfg.batches_per_epoch} batches")

@@ -327,6 +327,8 @@ def test_copy_task_checks_its_destination_before_training(tmp_path, capsys, monk
     monkeypatch.setattr(commands, "train_copy_task", lambda *a, **k: pytest.fail("trained before checking --out"))
     (tmp_path / "a_file").write_text("x")
     one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "a file, not a folder")
+    translation = tiny_translator(tmp_path / "translation")
+    one_line(command(capsys, "copy-task", "--out", str(translation)), 2, "holds a translation checkpoint")
 
 
 def test_averaging_mixed_dtypes_does_not_depend_on_their_order(tmp_path, capsys):
@@ -393,3 +395,6 @@ def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
              "Too many levels of symbolic links")
     one_line(command(capsys, "train", "--out-dir", str(tmp_path / "loop"), "--epochs", "1"), 2,
              "Too many levels of symbolic links")
+    with pytest.raises(SystemExit):
+        cli.main(["translate", "--checkpoint", str(tmp_path / "loop"), "x"])
+    assert "loop: Too many levels of symbolic links" in capsys.readouterr().err
