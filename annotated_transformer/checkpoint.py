@@ -6,13 +6,15 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 
 # %% auto #0
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'MANIFEST_FILE', 'SCALE_SUFFIX',
-           'VOCABULARY_FILES', 'RUN_FOLDER', 'RUN_SETTINGS', 'FLOAT_DTYPES', 'weights_to_save', 'sha256_of',
-           'vocabulary_fingerprint', 'check_writable', 'writing_folder', 'check_manifest', 'recover_folder',
-           'recover_folders', 'save_model', 'int8_rows', 'dequantized', 'check_weights_match', 'read_config',
-           'trusted_manifest', 'model_config', 'check_stored_weights', 'load_weights', 'load_model', 'save_checkpoint',
-           'load_checkpoint']
+           'VOCABULARY_FILES', 'NOT_FINITE', 'RUN_FOLDER', 'RUN_SETTINGS', 'MANIFEST_LIMIT', 'FLOAT_DTYPES',
+           'weights_to_save', 'sha256_of', 'read_json', 'check_path', 'resolved', 'make_folder', 'check_finite',
+           'vocabulary_fingerprint', 'check_writable', 'check_destination', 'writing_folder', 'check_manifest',
+           'remove_dead_writers', 'recover_folder', 'recover_folders', 'savable_weights', 'save_model', 'int8_rows',
+           'dequantized', 'check_weights_match', 'read_config', 'trusted_manifest', 'model_config',
+           'check_stored_weights', 'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/07_checkpoint.ipynb #0c5e3719
+import errno
 import fcntl
 import glob
 import hashlib
@@ -22,6 +24,8 @@ import os
 import random
 import re
 import shutil
+import socket
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import fields
@@ -79,6 +83,50 @@ def sha256_of(path: Path) -> str:
 def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True))
 
+def read_json(path: str | Path) -> object:
+    "A JSON file's content; a `ValueError` naming the file for text that is not JSON, not UTF-8, or nested too deeply."
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:  # thousands of nested brackets: no file this package writes looks like that
+        raise ValueError(f"{path} is not valid JSON for this package: it is nested too deeply") from None
+
+def check_path(path, what: str = "path") -> Path:
+    "`path` as a `Path`, after refusing what names no file: a value that is not a str or Path, or an empty string."
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} must be a str or Path, got {type(path).__name__}")
+    if not os.fspath(path):  # Path("") would be the current folder: a script's unset variable, not a choice
+        raise ValueError(f"{what} is an empty string: give a folder")
+    return Path(path)
+
+def resolved(path: str | Path) -> Path:
+    "`Path.resolve()`, with a symbolic link that points back to itself reported as the OS reports it (ELOOP)."
+    try:
+        return Path(path).resolve()
+    except RuntimeError:  # Python before 3.13 says "Symlink loop from ..."
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
+
+def make_folder(path: Path) -> None:
+    "`mkdir -p path`, with a symbolic-link loop or a file in the way named as such (not as 'File exists')."
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        resolved(path)  # a loop raises ELOOP here
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(path)) from None
+
+NOT_FINITE = "weights that are not finite numbers cannot translate (a diverged run, or a damaged file)"
+
+def check_finite(tensors: dict[str, torch.Tensor],  # name -> tensor
+                 source: str,  # where the tensors are, for the message: a file, or "FOLDER: not saved"
+                 why: str = NOT_FINITE,  # the end of the message
+                 ) -> None:
+    "Raise a `ValueError` naming the first floating-point tensor that holds NaN or an infinity."
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            kind = "NaN (not a number)" if bool(torch.isnan(t).any()) else "infinite values"
+            raise ValueError(f"{source}: tensor {name} holds {kind}; {why}")
+
 def vocabulary_fingerprint(folder: str | Path) -> str | None:
     "SHA-256 over the vocabulary files of checkpoint `folder` (None without any): equal only for the same vocabularies."
     found = [(name, sha256_of(Path(folder) / name)) for name in VOCABULARY_FILES if (Path(folder) / name).is_file()]
@@ -86,8 +134,10 @@ def vocabulary_fingerprint(folder: str | Path) -> str | None:
 
 def _seal(folder: Path, step: int | None) -> None:
     "Write the manifest (step, vocabulary fingerprint, SHA-256 of every file) and make the files readable by everyone."
-    files = {p.name: sha256_of(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST_FILE}
-    _write_json(folder / MANIFEST_FILE, {"step": step, "files": files, "vocabulary": vocabulary_fingerprint(folder)})
+    listed = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST_FILE]
+    files, sizes = {p.name: sha256_of(p) for p in listed}, {p.name: p.stat().st_size for p in listed}
+    _write_json(folder / MANIFEST_FILE, {"step": step, "files": files, "sizes": sizes,
+                                         "vocabulary": vocabulary_fingerprint(folder)})
     for p in folder.iterdir():
         p.chmod(0o644)
     folder.chmod(0o755)  # tempfile.mkdtemp made it private (0700)
@@ -112,21 +162,48 @@ def _holds_run_lock(run: Path) -> bool:
 
 def _has_vocabularies(folder: Path) -> bool: return any((folder / n).is_file() for n in VOCABULARY_FILES)
 
-def _kind(folder: Path) -> str:
-    return "a translation checkpoint (with vocabularies)" if _has_vocabularies(folder) else "a checkpoint without vocabularies (e.g. the copy task)"
+_KINDS = {True: "a translation checkpoint (with vocabularies)", False: "a checkpoint without vocabularies (e.g. the copy task)"}
+
+def _kind(folder: Path) -> str: return _KINDS[_has_vocabularies(folder)]
+
+def _checkpoint_around(path: Path) -> Path | None:
+    "The checkpoint folder that `path` lies inside (a folder above it with a manifest or a config.json), else None."
+    return next((p for p in path.parents if (p / MANIFEST_FILE).is_file() or (p / CONFIG_FILE).is_file()), None)
 
 def check_writable(path: str | Path) -> None:
     "Refuse a destination that is not this process's to replace: a folder of a training run, or not a checkpoint."
-    path = Path(path).resolve()
+    path = resolved(check_path(path, "a checkpoint folder"))
     run = _run_owner(path)
     if run is not None and not (run != path and _holds_run_lock(run)):
         raise ValueError(f"{path} belongs to the training run in {run} (its last/, best/ and epoch_NNN/ are written "
                          "by that run only): choose a folder outside it")
+    inside = _checkpoint_around(path)
+    if inside is not None:
+        raise ValueError(f"{path} is inside the checkpoint {inside}, whose files belong together: choose a folder "
+                         "outside it")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is a file: expected a checkpoint folder to write")
     if path.exists() and any(path.iterdir()) and not any((path / n).is_file() for n in (MANIFEST_FILE, CONFIG_FILE)):
         raise ValueError(f"{path} exists and is not a checkpoint folder: it would be replaced as a whole; "
                          "choose a new folder")
+
+def check_destination(path: str | Path,
+                      vocabularies: bool | None = None,  # will the save hold vocabularies? (None: not known yet)
+                      ) -> Path:
+    "Before any work: `check_writable`, then the folder where `path` will be made must exist as a folder and take new entries."
+    path = resolved(check_path(path, "a checkpoint folder"))
+    check_writable(path)
+    if vocabularies is not None and path.is_dir() and any(path.iterdir()) and _has_vocabularies(path) != vocabularies:
+        raise ValueError(f"{path} holds {_kind(path)}; this save is {_KINDS[vocabularies]} and would replace it: "
+                         "choose another folder")
+    existing = next(p for p in path.parents if p.exists())  # the missing folders on the way are made in it
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder: nothing can be written under it", str(existing))
+    try:  # a read-only file system, a folder without write permission: found now, not after the work
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test.", dir=existing))
+    except OSError as e:
+        raise OSError(e.errno, f"{e.strerror}: cannot write there", str(existing)) from None
+    return path
 
 @contextmanager
 def _folder_lock(folder: Path):
@@ -143,14 +220,16 @@ def writing_folder(path: str | Path,  # the checkpoint folder to (re)place
                    step: int | None = None,  # optimizer step recorded in the manifest
                    ):
     "Yield an empty temporary folder beside `path`; on success, seal it and swap it into place as a whole."
-    path = Path(path).resolve()
+    path = resolved(check_path(path, "a checkpoint folder"))
     if path.parent.is_dir():
         with _folder_lock(path.parent):  # not while another writer is between its two renames below
             check_writable(path)
+            remove_dead_writers(path)
     else:
         check_writable(path)  # nothing to swap yet, and a refused save creates no folder
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))  # one per writer
+    make_folder(path.parent)
+    # one per writer, named after it (.NAME.PID-HOST-RANDOM.tmp): the next writer removes it if this one is killed
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_writer_tag()}-", suffix=".tmp", dir=path.parent))
     old = tmp.with_suffix(".old")
     try:
         yield tmp
@@ -173,23 +252,80 @@ def check_manifest(path: str | Path) -> dict | None:
     path = Path(path)
     if not (path / MANIFEST_FILE).is_file():
         return None
+    not_one = ValueError(f"checkpoint {path}: {MANIFEST_FILE} is not a manifest written by save_model")
     try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text())
-        listed = manifest["files"].items()
+        if (path / MANIFEST_FILE).stat().st_size > MANIFEST_LIMIT:
+            raise not_one
+        manifest = read_json(path / MANIFEST_FILE)
+        listed, sizes = list(manifest["files"].items()), manifest.get("sizes", {})  # no sizes: an older manifest
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise ValueError(f"checkpoint {path}: {MANIFEST_FILE} is not a manifest written by save_model") from None
-    for name, digest in listed:
-        if not (path / name).is_file():
+        raise not_one from None
+    files = {name: _listed_file(path, name) for name, _ in listed}  # names of files inside the folder only
+    if not isinstance(sizes, dict) or (sizes and set(sizes) != set(files)):
+        raise not_one
+    for name, f in files.items():  # every size before any hashing: a wrong size is found without reading the file
+        if not f.is_file():
             raise ValueError(f"checkpoint {path} is incomplete: {name} is missing")
+        if name in sizes and f.stat().st_size != sizes[name]:
+            raise ValueError(f"checkpoint {path}: {name} is not the file the checkpoint was written with ("
+                             f"{f.stat().st_size:,} bytes, not {sizes[name]:,}; changed or corrupt since it was saved)")
+    for name, digest in listed:
         if sha256_of(path / name) != digest:
             raise ValueError(f"checkpoint {path}: {name} is not the file the checkpoint was written with "
                              "(changed or corrupt since it was saved)")
     return manifest
 
+MANIFEST_LIMIT = 1 << 20  # bytes: a manifest lists a few files; a larger one is not read
+
+def _listed_file(folder: Path, name) -> Path:
+    "A file a manifest names: a plain file name (no path), of a file in `folder` itself (a link may not lead out of it)."
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError(f"checkpoint {folder}: {MANIFEST_FILE} names {name!r}, which is not a file of the folder "
+                         "(a manifest lists the folder's own files by name, without a path)")
+    f = folder / name
+    if f.is_symlink() and resolved(f).parent != resolved(folder):
+        raise ValueError(f"checkpoint {folder}: {name} is a link to {os.readlink(f)}, outside the folder: a checkpoint "
+                         "holds its own files")
+    return f
+
 def _asides(path: Path) -> list[Path]:
     "The temporary folders of interrupted saves of `path`, newest first (.NAME.XXXX.tmp, then .NAME.XXXX.old)."
     found = [Path(p) for ext in ("tmp", "old") for p in glob.glob(glob.escape(str(path.parent / f".{path.name}.")) + f"*.{ext}")]
-    return sorted(found, key=lambda p: (p.suffix == ".tmp", p.stat().st_mtime), reverse=True)
+    found = [p for p in found if "." not in p.name[len(path.name) + 2:-4]]  # not those of a folder NAME.SOMETHING
+    times = {}
+    for p in found:
+        try:
+            times[p] = p.stat().st_mtime
+        except FileNotFoundError:  # another writer has just removed its own
+            pass
+    return sorted(times, key=lambda p: (p.suffix == ".tmp", times[p]), reverse=True)
+
+def _writer_tag() -> str:
+    "This writer, as its temporary folders name it: the process id and 8 hex digits of the machine's name."
+    return f"{os.getpid()}-{hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]}"
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+def remove_dead_writers(path: str | Path) -> list[Path]:
+    """Put back a folder that a crash between the two renames left aside (`recover_folder`), then remove the temporary
+    folders of `path` whose writer died on this machine (killed, say): their process id names no running process."""
+    path = Path(path)
+    recover_folder(path)
+    pid, host = _writer_tag().split("-")
+    removed = []
+    for p in _asides(path):
+        writer = re.fullmatch(r"(\d+)-([0-9a-f]{8})-\w+", p.name[len(path.name) + 2:-4])  # .NAME.PID-HOST-RANDOM.tmp
+        if writer and writer[2] == host and writer[1] != pid and not _pid_alive(int(writer[1])):
+            shutil.rmtree(p, ignore_errors=True)  # another machine's writers (a shared disk) are left alone
+            removed.append(p)
+    return removed
 
 def recover_folder(path: str | Path) -> str | None:
     "If a crash interrupted `writing_folder` between its two renames, put the complete copy back; say what was done."
@@ -212,9 +348,17 @@ def recover_folders(folder: str | Path) -> list[str]:
 
 
 # %% ../nbs/07_checkpoint.ipynb #45390b69
-def _write_model_files(folder: Path, model: EncoderDecoder, dtype: torch.dtype | None, extra_config: dict | None,
+def savable_weights(model: EncoderDecoder, path: Path, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    "`weights_to_save`, refused with the tensor's name if the model holds NaN or infinities, or `dtype` cannot hold it."
+    check_finite(model.state_dict(), f"{path}: not saved")  # e.g. a model saved after a diverged update
+    tensors = weights_to_save(model, dtype)
+    check_finite(tensors, f"{path}: not saved in {str(dtype).removeprefix('torch.')}",  # float16 ends at 65504
+                 f"a weight is beyond the range of {str(dtype).removeprefix('torch.')}: save it in float32 or bfloat16")
+    return tensors
+
+def _write_model_files(folder: Path, tensors: dict[str, torch.Tensor], model: EncoderDecoder, extra_config: dict | None,
                        files: dict[str, str] | None) -> None:
-    save_file(weights_to_save(model, dtype), str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
     _write_json(folder / CONFIG_FILE, {"model": model.config.to_dict(), "extra": extra_config or {}})
     for name, text in (files or {}).items():
         (folder / name).write_text(text)
@@ -228,9 +372,10 @@ def save_model(model: EncoderDecoder,  # a model built by `make_model` / `build_
     "Write `model.safetensors`, `config.json` (and `files`) as one sealed folder `path`."
     if dtype not in (None, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8):
         raise ValueError(f"weights can be stored in float16, bfloat16, float32, float64 or int8 (8 bits), not {dtype}")
-    path = Path(path)
+    path = check_path(path, "a checkpoint folder")
+    tensors = savable_weights(model, path, dtype)  # before anything is written
     with writing_folder(path) as tmp:
-        _write_model_files(tmp, model, dtype, extra_config, files)
+        _write_model_files(tmp, tensors, model, extra_config, files)
     return path
 
 # %% ../nbs/07_checkpoint.ipynb #c8b1e0a2
@@ -269,10 +414,12 @@ def read_config(path: str | Path) -> dict:
     f = Path(path) / CONFIG_FILE
     if not f.is_file():
         raise FileNotFoundError(f"no {CONFIG_FILE} in {path}: expected a checkpoint folder written by save_model")
+    if f.stat().st_size > MANIFEST_LIMIT:
+        raise ValueError(f"{f} has {f.stat().st_size:,} bytes; a config.json written by save_model has a few hundred")
     try:
-        config = json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{f} is not valid JSON ({e}); the checkpoint is corrupt") from None
+        config = read_json(f)
+    except ValueError as e:
+        raise ValueError(f"{e}; the checkpoint is corrupt") from None
     if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
         raise ValueError(f"{f} has no \"model\" settings; expected a config.json written by save_model")
     return config
@@ -283,6 +430,7 @@ def trusted_manifest(path: str | Path,  # checkpoint folder
     "`check_manifest`, refusing a folder without a manifest unless `trust`: nothing else says its files belong together."
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"a checkpoint is a folder (a str or Path), got {type(path).__name__}")
+    check_path(path, "a checkpoint folder")
     if not Path(path).is_dir():
         raise FileNotFoundError(f"{path} is not a folder: expected a checkpoint folder ({CONFIG_FILE}, {WEIGHTS_FILE}, ...)")
     manifest = check_manifest(path)
@@ -365,9 +513,11 @@ def _load_checked(model: nn.Module, f: Path) -> nn.Module:
     "Load the weights file `f` into `model` after checking its dtypes and shapes."
     _stored_tensors(f)
     try:
-        tensors = dequantized(load_file(str(f)))
+        stored = load_file(str(f))
     except Exception as e:
         raise ValueError(f"cannot read {f}: {e}; the file is corrupt or not a safetensors file") from None
+    check_finite(stored, str(f))  # a NaN in a float16 weight or in an 8-bit row's scale: refused by name
+    tensors = dequantized(stored)
     check_weights_match(model, tensors, source=str(f))
     model.load_state_dict(tensors, strict=False)  # the check above is the strict one
     return model
@@ -434,11 +584,13 @@ def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced
                     files: dict[str, str] | None = None,  # more text files to include, e.g. vocabularies
                     ) -> Path:
     "Save weights and config, plus (if an optimizer is given) everything needed to resume exactly: one sealed folder."
-    path, state = Path(path), train_state or TrainState()
+    path, state = check_path(path, "a checkpoint folder"), train_state or TrainState()
+    tensors = savable_weights(model, path)
+    opt_tensors, opt_data = _optimizer_to_files(optimizer) if optimizer is not None else ({}, {})
+    check_finite(opt_tensors, f"{path}: not saved ({TRAINER_TENSORS_FILE})")  # Adam's moments resume the run
     with writing_folder(path, state.step) as tmp:
-        _write_model_files(tmp, model, None, extra_config, files)
+        _write_model_files(tmp, tensors, model, extra_config, files)
         if optimizer is not None:
-            opt_tensors, opt_data = _optimizer_to_files(optimizer)
             rng_tensors, rng_data = _rng_to_files()
             save_file({**opt_tensors, **rng_tensors}, str(tmp / TRAINER_TENSORS_FILE))
             _write_json(tmp / TRAINER_JSON_FILE, {
@@ -460,8 +612,9 @@ def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_chec
     if not (path / TRAINER_JSON_FILE).is_file() or not (path / TRAINER_TENSORS_FILE).is_file():
         raise FileNotFoundError(f"{path} holds weights only (no {TRAINER_JSON_FILE}/{TRAINER_TENSORS_FILE}); "
                                 "it was not saved with an optimizer and cannot be resumed")
-    data = json.loads((path / TRAINER_JSON_FILE).read_text())
+    data = read_json(path / TRAINER_JSON_FILE)
     tensors = load_file(str(path / TRAINER_TENSORS_FILE))
+    check_finite(tensors, str(path / TRAINER_TENSORS_FILE))
     if optimizer is not None:
         optimizer.load_state_dict(_optimizer_from_files(tensors, data["optimizer"]))
     if scheduler is not None and data["scheduler"] is not None:

@@ -6,11 +6,11 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/cli.html.md"
 
 # %% auto #0
 __all__ = ['CHECKS', 'BLANK_RUN', 'SUBCOMMANDS', 'COMPUTING', 'MAX_THREADS', 'ENVIRONMENT', 'interrupted_while_starting',
-           'at_least', 'number_in', 'one_of', 'device_name', 'folder', 'checkpoint_folder', 'in_limits',
-           'field_comments', 'dataclass_arguments', 'config_from_args', 'add_copy_task_arguments', 'copy_task_main',
-           'add_train_arguments', 'train_main', 'add_translate_arguments', 'InputError', 'translation_batches',
-           'translate_main', 'add_evaluate_arguments', 'evaluate_main', 'add_average_arguments', 'average_main',
-           'build_parser', 'main']
+           'at_least', 'number_in', 'one_of', 'device_name', 'folder', 'new_path', 'file_path', 'language',
+           'checkpoint_folder', 'in_limits', 'field_comments', 'dataclass_arguments', 'config_from_args',
+           'add_copy_task_arguments', 'copy_task_main', 'add_train_arguments', 'train_main', 'add_translate_arguments',
+           'InputError', 'translation_batches', 'translate_main', 'add_evaluate_arguments', 'evaluate_main',
+           'add_average_arguments', 'average_main', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #6b0fbcf3
 # First, before PyTorch loads (seconds): the command's answer to Ctrl-C while it is still starting
@@ -45,13 +45,13 @@ import torch.distributed as dist
 
 from . import __version__
 from .data import default_cache_dir
-from .checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_writable, read_config
+from .checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_destination, check_writable, read_config
 from .copy_task import COPY_TASK_TIME, CopyTaskConfig, copy_batches, train_copy_task
 from .decoding import MAX_ALPHA, MAX_BEAM, Translator, blank, shipped_model_dir
-from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints, test_set
+from .evaluation import AVERAGE_DTYPES, average_checkpoints, evaluate_translator, last_checkpoints, test_set
 from .devices import PRECISIONS, default_device, resolve_precision
 from .model import LIMITS, PRESETS, ModelConfig
-from .train import TrainConfig, TrainingStopped, train
+from .train import TrainConfig, TrainingStopped, distributed_environment, train
 from .training import greedy_decode
 
 # %% ../nbs/90_cli.ipynb #48ed8697
@@ -115,7 +115,30 @@ def folder(text: str) -> str:
     except OSError as e:  # e.g. a name longer than the file system allows
         raise argparse.ArgumentTypeError(f"{text}: {e.strerror}") from None
     if not found:
-        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+        try:
+            os.stat(text)
+            why = "a file, not a folder"
+        except OSError as e:  # a symbolic link that points back to itself is named as such
+            why = e.strerror if e.errno == errno.ELOOP else "no such folder"
+        raise argparse.ArgumentTypeError(f"{text}: {why}")
+    return text
+
+def new_path(text: str) -> str:
+    "Parser of a path to write (a folder to create or replace): not empty, since '' would be the current folder."
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: give a folder to write")
+    return text
+
+def file_path(text: str) -> str:
+    "Parser of a file to read or write: not empty (a script's unset variable must not read as 'not given')."
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: give a file")
+    return text
+
+def language(text: str) -> str:
+    "Parser of a language code, the suffix of a corpus's files: letters (and - or _), such as de or en."
+    if not re.fullmatch(r"[A-Za-z][A-Za-z_-]*", text):
+        raise argparse.ArgumentTypeError(f"expected a language code such as de or en, got {text!r}")
     return text
 
 def checkpoint_folder(text: str) -> str:
@@ -143,6 +166,7 @@ CHECKS = {**{name: at_least(1) for name in ("epochs", "warmup", "max_tokens", "a
           "smoothing": number_in(0, 1, high_open=True),
           "factor": number_in(1e-12), "max_grad_norm": number_in(1e-12), "precision": one_of(PRECISIONS),
           "preset": one_of(tuple(PRESETS)), "data_dir": folder, "corpus_dir": folder, "val_bleu_sentences": at_least(0),
+          "out_dir": new_path, "src_lang": language, "tgt_lang": language,
           "cooldown": at_least(0), "rdrop": number_in(0),
           "subwords": at_least(0, LIMITS["src_vocab"].high)}
 
@@ -166,7 +190,7 @@ def _parse_option(annotation, check=None) -> callable:
     "Parser of one option's text, from the field's annotation and `CHECKS` (`None` accepted for optional fields)."
     kind = str(annotation)
     def parse(text: str):
-        if text.lower() == "none" and "None" in kind:
+        if text.lower() == "none" and "None" in kind and check not in (folder, new_path):  # a folder may be called none
             return None
         if check is not None:
             return check(text)
@@ -219,14 +243,14 @@ def config_from_args(cls: type,  # the settings dataclass `dataclass_arguments` 
 def add_copy_task_arguments(parser: argparse.ArgumentParser) -> None:
     "Options of `annotated-transformer copy-task`, one per `CopyTaskConfig` field plus paths."
     dataclass_arguments(parser, CopyTaskConfig)
-    parser.add_argument("--out", default="runs/copy-task", help="checkpoint folder (default: runs/copy-task)")
+    parser.add_argument("--out", type=new_path, default="runs/copy-task", help="checkpoint folder (default: runs/copy-task)")
     parser.add_argument("--device", type=device_name, default=None, help=_DEVICE_HELP)
     parser.add_argument("--examples", type=at_least(1), default=3, help="random examples to decode at the end (default: 3)")
 
 def copy_task_main(args: argparse.Namespace) -> int:
     "Train the copy task, decode examples, report where the checkpoint is."
     cfg = config_from_args(CopyTaskConfig, args)
-    check_writable(args.out)  # before training, not after: a run's folder or another kind of checkpoint is refused
+    check_destination(args.out, vocabularies=False)  # before training: a run's folder, a translation model, no write access
     device = default_device(args.device)
     print(f"training the copy task on {device} in {resolve_precision(device, cfg.precision)}: {cfg.model.N} layers, "
           f"d_model={cfg.model.d_model}, {cfg.epochs} epochs of {cfg.batches_per_epoch} batches")
@@ -249,10 +273,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     "Options of `annotated-transformer train`: one per TrainConfig field."
     dataclass_arguments(parser, TrainConfig)
     parser.add_argument("--device", type=device_name, default=None, help=_DEVICE_HELP)
+    parser.add_argument("--allow-changed-data", action="store_true",
+                        help="resume a run although its training or validation pairs changed since it began (default: refuse)")
 
 def train_main(args: argparse.Namespace) -> int:
     cfg = config_from_args(TrainConfig, args)
-    history = train(cfg, device=args.device)
+    if cfg.rdrop and cfg.dropout() == 0:
+        raise InputError(f"--rdrop {cfg.rdrop:g} needs dropout > 0: without dropout the two passes are one, R-Drop's "
+                         "term is always 0 and each step costs twice; give --dropout (or a --preset) or drop --rdrop")
+    history = train(cfg, device=args.device, allow_changed_data=args.allow_changed_data)
     best = Path(cfg.out_dir, "best")
     if history and int(os.environ.get("RANK", "0")) == 0:  # name only the folders that were written
         print(f"done: {f'best checkpoint in {best.resolve()}' if best.is_dir() else 'no epoch had a finite validation score, so there is no best/'}; "
@@ -274,8 +303,8 @@ def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentences", nargs="*", help="sentences in the model's source language (default: one a line from --input or stdin)")
-    parser.add_argument("--input", default=None, help="file to translate, one sentence a line, plain or .gz (default: stdin)")
-    parser.add_argument("--output", default=None,
+    parser.add_argument("--input", type=file_path, default=None, help="file to translate, one sentence a line, plain or .gz (default: stdin)")
+    parser.add_argument("--output", type=file_path, default=None,
                         help="file for the translations, line N for line N; written as FILE.partial, renamed FILE when every line "
                              "is done: FILE is never half written, and after Ctrl-C or an error FILE.partial keeps the lines "
                              "finished (default: stdout, written batch by batch)")
@@ -440,8 +469,8 @@ def translate_main(args: argparse.Namespace) -> int:
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     _decoding_arguments(parser)
-    parser.add_argument("--src", default=None, help="your test set's source sentences, one a line, plain or .gz (default: none; goes with --ref)")
-    parser.add_argument("--ref", default=None, help="their reference translations, line N for line N (default: none; goes with --src)")
+    parser.add_argument("--src", type=file_path, default=None, help="your test set's source sentences, one a line, plain or .gz (default: none; goes with --ref)")
+    parser.add_argument("--ref", type=file_path, default=None, help="their reference translations, line N for line N (default: none; goes with --src)")
     parser.add_argument("--corpus-dir", type=folder, default=None,
                         help="a corpus folder as train --corpus-dir reads it: SPLIT.SRC and SPLIT.TGT (or .gz), the languages "
                              "of the checkpoint (default: none, Multi30k)")
@@ -449,7 +478,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the split of Multi30k or of --corpus-dir (default: test; Multi30k's is test2016)")
     parser.add_argument("--data-dir", type=folder, default=None, help="Multi30k files on disk (default: the data folder or a download)")
     parser.add_argument("--limit", type=at_least(1), default=None, help="only the first N sentences (default: all)")
-    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+    parser.add_argument("--json", nargs="?", const="-", type=file_path, default=None, metavar="FILE",
                         help="write the result as JSON to FILE, whole or not at all (the summary still prints); "
                              "--json alone prints the JSON instead of the summary (default: the summary only)")
 
@@ -484,17 +513,21 @@ def evaluate_main(args: argparse.Namespace) -> int:
     return 0
 
 def add_average_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="folder for the averaged checkpoint; not an input, not a run's own folder (required)")
+    parser.add_argument("--out", type=new_path, required=True,
+                        help="folder for the averaged checkpoint; not an input, not a run's own folder (required)")
     parser.add_argument("--inputs", nargs="*", type=checkpoint_folder, default=[], help="checkpoint folders to average (default: none)")
     parser.add_argument("--run-dir", type=folder, default=None, help="a training run folder: average its last --last epochs (default: none)")
     parser.add_argument("--last", type=at_least(1), default=5, help="how many epoch checkpoints of --run-dir (default: 5)")
     parser.add_argument("--trust", action="store_true", help=_TRUST_HELP)
+    parser.add_argument("--dtype", type=one_of(tuple(AVERAGE_DTYPES)), default=None,
+                        help=f"store the average in {', '.join(AVERAGE_DTYPES)} (default: the inputs' dtype if they "
+                             "share one, else float32)")
 
 def average_main(args: argparse.Namespace) -> int:
     paths = list(args.inputs) + (last_checkpoints(args.run_dir, args.last) if args.run_dir else [])
     if not paths:
         raise InputError("nothing to average: give --inputs or --run-dir")
-    out = average_checkpoints(paths, args.out, args.trust)
+    out = average_checkpoints(paths, args.out, args.trust, AVERAGE_DTYPES.get(args.dtype))
     print(f"averaged {len(paths)} checkpoints into {out}")
     return 0
 
@@ -545,8 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "torch.get_num_threads() gives on this machine; 1 is faster on a busy machine)")
     return parser
 
-ENVIRONMENT = {"ANNOTATED_TRANSFORMER_DEVICE": device_name,  # the environment variables read, checked like options
-               "WORLD_SIZE": at_least(1), "RANK": at_least(0), "LOCAL_RANK": at_least(0)}  # (the last three: torchrun)
+ENVIRONMENT = {"ANNOTATED_TRANSFORMER_DEVICE": device_name}  # the environment variables read, checked like options
 
 def _check_environment() -> None:
     "Raise an `InputError` naming the first environment variable whose value cannot work."
@@ -556,7 +588,25 @@ def _check_environment() -> None:
                 parse(os.environ[name])
             except argparse.ArgumentTypeError as e:
                 raise InputError(f"environment variable {name}: {e}") from None
+    distributed_environment()  # RANK, WORLD_SIZE, LOCAL_RANK (torchrun's) together: all or none, ranks in the world
     default_cache_dir()  # $ANNOTATED_TRANSFORMER_DATA must not be a file
+
+def _check_text(argv: list[str]) -> None:
+    "Raise an `InputError` naming the first argument that is not valid UTF-8 (Python keeps its bytes as surrogates)."
+    for number, arg in enumerate(argv, 1):
+        if any("\udc80" <= c <= "\udcff" for c in arg):
+            raw = arg.encode("utf-8", "surrogateescape")
+            raise InputError(f"argument {number} is not valid UTF-8 ({raw[:40]!r}): sentences, options and paths are "
+                             "read as UTF-8 text")
+
+def _check_stdout(command: str) -> None:
+    "A closed standard output (`>&-`): refused where it receives the results; elsewhere the chatter goes to /dev/null."
+    if sys.stdout is not None:
+        return
+    if command in ("translate", "evaluate"):
+        raise InputError("standard output is closed (>&-): the results would be lost; redirect it to a file or "
+                         "/dev/null instead")
+    sys.stdout = open(os.devnull, "w")
 
 # errors of the operating system about a path the user gave: bad input, not a fault
 _PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
@@ -584,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         args = build_parser().parse_args(argv)
         prog = f"annotated-transformer {args.command}"
+        _check_text(sys.argv[1:] if argv is None else argv)
+        _check_stdout(args.command)
         _check_environment()
         if getattr(args, "threads", None):
             torch.set_num_threads(args.threads)

@@ -296,6 +296,8 @@ class Vocab:
             raise FileNotFoundError(f"vocabulary file {path} not found") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"vocabulary file {path} is not valid JSON ({e})") from None
+        except RecursionError:  # brackets nested thousands deep
+            raise ValueError(f"vocabulary file {path} is not a vocabulary: its JSON is nested too deeply") from None
 
 # %% ../nbs/10_data.ipynb #1d363092
 def encode_pair(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab) -> tuple[list[int], list[int]]:

@@ -6,7 +6,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 
 # %% auto #0
 __all__ = ['MAX_BEAM', 'MAX_ALPHA', 'SHIPPED_MODEL', 'AttentionCache', 'DecoderCache', 'cached_attention', 'positioned',
-           'decode_step', 'DecodingState', 'Decodable', 'OneModel', 'stepwise', 'greedy_decode_cached',
+           'decode_step', 'DecodingState', 'Decodable', 'OneModel', 'stepwise', 'check_scores', 'greedy_decode_cached',
            'length_penalty', 'beam_search', 'sequence_score', 'blank', 'padded_batches', 'Translator', 'translate',
            'shipped_model_dir', 'EnsembleState', 'Ensemble', 'load_ensemble']
 
@@ -20,7 +20,7 @@ import torch
 from dataclasses import replace
 from torch import nn
 
-from .checkpoint import load_model, read_config, vocabulary_fingerprint
+from .checkpoint import check_path, load_model, read_config, vocabulary_fingerprint
 from .data import BOS, EOS, PAD, UNK, Vocab
 from .subwords import SubwordVocab, load_vocabularies, text_codec
 from .attention import MultiHeadedAttention
@@ -141,6 +141,13 @@ def stepwise(model: EncoderDecoder | Decodable) -> Decodable:
     return model if isinstance(model, Decodable) else OneModel(model)
 
 # %% ../nbs/11_decoding.ipynb #bb709a27
+def check_scores(logp: torch.Tensor) -> None:  # (rows, V) the next token's log-probabilities
+    "Refuse to go on from scores that are NaN: a model whose weights are not finite numbers would decode noise or nothing."
+    if bool(torch.isnan(logp).any()):
+        raise ValueError("the model's scores for the next token are NaN (not a number): its weights or its input hold "
+                         "values that are not finite numbers (a diverged run, or a damaged checkpoint), so it cannot "
+                         "translate")
+
 @torch.no_grad()
 def greedy_decode_cached(model: EncoderDecoder | Decodable,  # one model, or an `Ensemble`
                          src: torch.Tensor,  # (batch, src_len)
@@ -159,6 +166,7 @@ def greedy_decode_cached(model: EncoderDecoder | Decodable,  # one model, or an 
     last = ys[:, 0]  # (active,) newest token of each active row
     for position in range(max_len - 1):
         logp = model.step(last, state)  # (active, V)
+        check_scores(logp)
         if banned is not None:
             logp[:, banned] = float("-inf")
         next_word = logp.argmax(dim=-1)
@@ -239,6 +247,7 @@ def beam_search(model: EncoderDecoder | Decodable,  # one model, or an `Ensemble
 
     for position in range(int(limits.max())):
         logp = model.step(tokens[:, -1], state).float()  # (B*K, V)
+        check_scores(logp)
         logp = _next_token_logp(logp, finished, lengths, limits, end_symbol, banned)
         rows, word, scores = _best_continuations(scores, logp, lengths + (~finished).long(), K, alpha)
         lengths = (lengths + (~finished).long())[rows]
@@ -331,7 +340,7 @@ class Translator:
                         device: str | torch.device | None = None,
                         trust: bool = False,  # accept a folder without manifest.json (see `load_model`)
                         ) -> "Translator":
-        path = Path(path)
+        path = check_path(path, "a checkpoint folder")  # "" would be the current folder
         model = speed_up(load_model(path, default_device(device), trust))  # the toolkit's fast layers: same results, faster
         extra = read_config(path).get("extra", {})
         return cls(model, *load_vocabularies(path), extra.get("src_lang", "de"), extra.get("tgt_lang", "en"))
@@ -442,6 +451,10 @@ def load_ensemble(folders: list[str | Path],  # checkpoint folders of one vocabu
     "A `Translator` whose model is the `Ensemble` of the checkpoints in `folders`, once they are known to share one vocabulary."
     if not folders:
         raise ValueError("an ensemble needs at least one checkpoint folder, got none")
+    for folder in folders:  # a folder of checkpoints is not one: it would read as "another vocabulary" below
+        if not (check_path(folder, "an ensemble member") / "config.json").is_file():
+            raise ValueError(f"{folder} is not a checkpoint folder (no config.json): an ensemble is given as the list "
+                             "of its members' checkpoint folders")
     for folder in folders[1:]:
         if vocabulary_fingerprint(folder) != vocabulary_fingerprint(folders[0]):
             raise ValueError(f"{folder} has another vocabulary than {folders[0]}: an ensemble needs one")

@@ -73,6 +73,7 @@ def test_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one(tm
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "taking over the lock" in resumed.stdout  # the dead run's pid was still in the lock file
     assert same(weights(tmp_path), uninterrupted)
+    assert not list(tmp_path.glob(".last.*")), list(tmp_path.glob(".last.*"))  # the killed save's folder is gone
 
 
 def test_two_runs_on_one_folder(tmp_path, multi30k):
