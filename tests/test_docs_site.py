@@ -232,3 +232,22 @@ def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
     built = SITE / "_static" / "pygments.css"
     if built.exists():  # the theme the site is built with colours both as the code's text: its pages have no such spans
         assert not re.search(r'<span class="[np]">', (SITE / "01_attention.html").read_text())
+
+
+def test_navigation_parts_are_checked_against_the_pages(tmp_path):
+    "A part naming a page that does not exist, or a page twice, stops the build; a page no part names goes last."
+    sys.path.insert(0, str(ROOT / "tools"))
+    from build_docs import PARTS, navigation
+    (tmp_path / "nbs").mkdir(), (tmp_path / "docs").mkdir()
+    for name in ("index", "01_a", "02_b", "03_new"):
+        (tmp_path / "nbs" / f"{name}.ipynb").write_text("{}")
+    for name in ("guide", "other"):
+        (tmp_path / "docs" / f"{name}.md").write_text(f"# {name}\n")
+    parts = [("One", ["02_b", "01_a"]), ("Two", ["guide"])]
+    assert navigation(parts, tmp_path) == [("One", ["02_b", "01_a"]), ("Two", ["guide", "03_new", "other"])]
+    for bad, word in (([("One", ["01_a", "04_gone"])], "04_gone"), ([("One", ["01_a"]), ("Two", ["01_a"])], "01_a")):
+        with pytest.raises(SystemExit, match=word):
+            navigation(bad, tmp_path)
+    # the site's own PARTS: every page of nbs/ and docs/ placed by hand, none left to the fallback
+    listed = [name for _, names in PARTS for name in names]
+    assert navigation() == PARTS, sorted(set(n for _, names in navigation() for n in names) - set(listed))
