@@ -198,6 +198,22 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[tuple[str, list[str]]] 
     dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
 
 
+def result_file_markdown(text: str) -> str:
+    """A result file of benchmarks/ as a page includes it: its Markdown tables stay tables, and each other block of
+    lines (the machine and versions, a table's model, the ratios a script printed) becomes a block of plain text, so
+    that a line of a log never reads as a paragraph of the page."""
+    out = []  # [is a table, text]; neighbouring blocks of plain lines share one box
+    for block in re.split(r"\n\s*\n", text.strip("\n")):
+        table = all(line.lstrip().startswith("|") for line in block.splitlines())
+        if out and not table and not out[-1][0]:
+            out[-1][1] += "\n\n" + block
+        else:
+            out.append([table, block])
+    # a box of plain lines wraps them (custom.css, .result-lines) instead of hiding their ends behind a scroll bar
+    return "\n\n".join(block if table else "```{code-block} text\n:class: result-lines\n\n" + block + "\n```"
+                         for table, block in out) + "\n"
+
+
 def mathjax(static: Path) -> None:
     "Copy the MathJax files the pages need from the sphinx-mathjax-offline package (installed by the dev extra)."
     spec = importlib.util.find_spec("sphinx-mathjax-offline")
@@ -501,6 +517,8 @@ def main():
     for page in (ROOT / "docs").glob("*.md"):
         shutil.copy(page, src / page.name)
     shutil.copytree(ROOT / "benchmarks", src / "benchmarks", ignore=shutil.ignore_patterns("*.py", "__pycache__"))  # results
+    for result in (src / "benchmarks").rglob("*.txt"):  # the pages include them: tables as tables, log lines as log lines
+        result.write_text(result_file_markdown(result.read_text()))
     shutil.copy(ROOT / "docs" / "favicon.svg", src / "_static" / "favicon.svg")
     shutil.copy(ROOT / "docs" / "custom.css", src / "_static" / "custom.css")
     notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
