@@ -1,4 +1,4 @@
-"""Train the Transformer to copy random sequences, the smallest task that exercises every part: batching, masks, the loss (label smoothing switched off: copying has one right answer), the schedule, the loop, greedy decoding and checkpoints.
+"""Train a small Transformer to copy random sequences, in seconds: every part of the paper working together.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/copy_task.html.md"""
 

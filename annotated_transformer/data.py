@@ -1,4 +1,4 @@
-"""Downloading and verifying the data, tokenizing without model downloads, vocabularies, and batches bucketed by length and capped by tokens.
+"""Downloading and checking Multi30k, tokenizing, vocabularies, and batches grouped by length.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md"""
 

@@ -1,4 +1,4 @@
-"""Fast batched greedy decoding with a key/value cache, beam search with the paper's length penalty, and `Translator`: from German text to English text.
+"""Greedy decoding with a key/value cache, beam search with the paper's length penalty, and `Translator`: German text in, English text out.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.html.md"""
 

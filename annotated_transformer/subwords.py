@@ -1,4 +1,4 @@
-"""A byte-pair-encoding vocabulary shared by German and English (Hugging Face `tokenizers`), word vocabularies behind the same interface, and `TranslationData`, which serves either to training, decoding and evaluation.
+"""One byte-pair-encoding vocabulary for German and English, and `TranslationData`, which serves it to training and decoding.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/subwords.html.md"""
 

@@ -1,4 +1,4 @@
-"""Train German-to-English on Multi30k, or any language pair on your own corpus: one configuration, progress bars, validation loss and BLEU every epoch, a log, checkpoints to resume and average, runs that cannot be corrupted, and the same code on one CPU, one GPU or many GPUs on many machines (`torchrun` + DDP).
+"""Train German-to-English on Multi30k, or your own language pair, with one function: on one CPU, one GPU or many machines.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/train.html.md"""
 

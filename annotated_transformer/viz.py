@@ -1,4 +1,4 @@
-"""The chart functions (masks, positional encoding, the learning-rate schedule, label smoothing) and their tests, and attention maps per layer and head.
+"""Charts of the masks, the positional encoding, the schedule and label smoothing, and attention maps per layer and head.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/viz.html.md"""
 

@@ -3,6 +3,7 @@
 leaving the machine; every chart renders; hovering an attention map shows a tooltip; math is rendered;
 every internal link resolves. A missing Chromium or site build is a failure, never a skip."""
 import functools
+import html as html_lib
 import http.server
 import json
 import os
@@ -212,11 +213,32 @@ def test_every_docs_link_of_the_package_resolves():
             assert (target.startswith("api.html#") and target[9:] in api_ids) or (SITE / target).is_file(), (symbol, target)
 
 
+def api_entry_text(html: str, name: str) -> str:
+    "The text of one entry of the API page (`annotated_transformer.loop.train_epoch`): its signature and description."
+    start = html.index(f'id="{name}"')
+    end = html.find('<dt class="sig', start + 1)
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", html[start:end if end > 0 else None]))
+    return " ".join(text.replace("\u2018", "'").replace("\u2019", "'").split())
+
+
 def test_api_reference_shows_the_parameter_comments():
     "The comment beside each parameter in the notebooks (nbdev's docments) is that parameter's description on the site."
-    html = re.sub(r"<[^>]+>", "", (SITE / "api.html").read_text())
-    assert "accum_iter (int) – micro-batches per optimizer step (gradient accumulation)" in html
-    assert "Define the computation performed at every call" not in html  # no docstrings inherited from torch
+    import torch
+    from fastcore.docments import docments
+    from annotated_transformer import loop, training
+    html = (SITE / "api.html").read_text()
+    for obj in (loop.train_epoch, training.run_epoch, training.rate, training.LabelSmoothing):
+        entry = api_entry_text(html, f"{obj.__module__}.{obj.__qualname__}")
+        comments = docments(obj.__init__ if isinstance(obj, type) else obj)
+        described = {p: c for p, c in comments.items() if c and p not in ("self", "return")}
+        assert described, obj
+        for param, comment in described.items():
+            # the parameter's name, its type in parentheses when annotated, a dash, then the comment as written
+            shown = re.search(rf"\b{param}(?: \([^)]*\))? – (.*?)(?= \w+(?: \([^)]*\))? – |$)", entry)
+            assert shown and shown[1].startswith(" ".join(comment.replace("`", "").split())), (obj, param, comment)
+    # no docstring inherited from torch.nn.Module: its forward's first sentence appears nowhere on the page
+    inherited = torch.nn.Module.forward.__doc__.strip().split(".")[0]
+    assert len(inherited.split()) >= 4 and inherited not in html_lib.unescape(re.sub(r"<[^>]+>", "", html))
 
 
 def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
@@ -246,3 +268,22 @@ def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
     built = SITE / "_static" / "pygments.css"
     if built.exists():  # the theme the site is built with colours both as the code's text: its pages have no such spans
         assert not re.search(r'<span class="[np]">', (SITE / "01_attention.html").read_text())
+
+
+def test_navigation_parts_are_checked_against_the_pages(tmp_path):
+    "A part naming a page that does not exist, or a page twice, stops the build; a page no part names goes last."
+    sys.path.insert(0, str(ROOT / "tools"))
+    from build_docs import PARTS, navigation
+    (tmp_path / "nbs").mkdir(), (tmp_path / "docs").mkdir()
+    for name in ("index", "01_a", "02_b", "03_new"):
+        (tmp_path / "nbs" / f"{name}.ipynb").write_text("{}")
+    for name in ("guide", "other"):
+        (tmp_path / "docs" / f"{name}.md").write_text(f"# {name}\n")
+    parts = [("One", ["02_b", "01_a"]), ("Two", ["guide"])]
+    assert navigation(parts, tmp_path) == [("One", ["02_b", "01_a"]), ("Two", ["guide", "03_new", "other"])]
+    for bad, word in (([("One", ["01_a", "04_gone"])], "04_gone"), ([("One", ["01_a"]), ("Two", ["01_a"])], "01_a")):
+        with pytest.raises(SystemExit, match=word):
+            navigation(bad, tmp_path)
+    # the site's own PARTS: every page of nbs/ and docs/ placed by hand, none left to the fallback
+    listed = [name for _, names in PARTS for name in names]
+    assert navigation() == PARTS, sorted(set(n for _, names in navigation() for n in names) - set(listed))

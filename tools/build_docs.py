@@ -5,7 +5,8 @@
    removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
    the code cells between a chapter's title and its first sentence (imports, plumbing) are left out,
    so that every chapter opens with prose; a Colab form cell (`#@title Solution`, an exercise's solution) is folded
-   under "Show the solution";
+   under "Show the solution"; the home page carries the navigation, one captioned list per part of
+   PARTS (below), in reading order;
 2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and the parts of MathJax 3 the
    pages use (from the pip package sphinx-mathjax-offline: no Node, no npm) into _static, so pages
    load nothing from elsewhere;
@@ -33,8 +34,18 @@ BUILD = ROOT / "build"
 MATHJAX_PARTS = ["startup.js", "core.js", "input/tex.js", "output/chtml.js", "output/chtml/fonts/tex.js",
                  "output/chtml/fonts/woff-v2", "input/tex/extensions", "a11y/assistive-mml.js"]
 DIRECTIVE = re.compile(r"^\s*#\|.*$")
-# the pages of docs/ after the chapters, in this order (a page not named here comes after them)
-DOCS_PAGES = ["usage", "what-can-go-wrong", "benchmarks", "gpu", "distributed", "contributing", "paper_map", "api"]
+# The site's navigation: three parts in reading order, each a caption and its pages (a notebook of nbs/ by its file
+# name without .ipynb, a page of docs/ by its name without .md). The chapters keep their file numbers (Colab links and
+# module headers name them); their place here is what a reader follows. A page listed here that does not exist, or
+# listed twice, stops the build; a page that exists but is not listed goes at the end of the last part, never missing.
+PARTS = [
+    ("Part 1: The paper", ["01_attention", "02_layers", "03_model", "04_batches", "05_training", "08_copy_task",
+                           "09_viz", "15_exercises", "paper_map"]),
+    ("Part 2: A translation system", ["10_data", "10a_subwords", "11_decoding", "12_evaluation", "13_train",
+                                      "14_pretrained", "13a_own_pair", "usage"]),
+    ("Part 3: Under the hood", ["06_fast", "06a_devices", "06b_loop", "07_checkpoint", "90_cli", "14a_experiments",
+                                "14b_recipe", "gpu", "distributed", "benchmarks", "what-can-go-wrong", "contributing", "api"]),
+]
 # the architecture figure embedded in markdown cells; the site shows the current docs/architecture.svg instead
 FIGURE = re.compile(r'<svg [^>]*aria-label="The Transformer[^"]*".*?</svg>', re.S)
 
@@ -96,7 +107,62 @@ def concept_index(markdown: str) -> str:
     return PAPER_HEADING.sub(entry, markdown)
 
 
-def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
+def site_pages(root: Path = ROOT) -> dict[str, Path]:
+    "Every page of the site but the home page, by name: the notebooks of nbs/ and the Markdown pages of docs/."
+    notebooks = {p.stem: p for p in (root / "nbs").glob("*.ipynb") if p.name != "index.ipynb"}
+    docs = {p.stem: p for p in (root / "docs").glob("*.md")}
+    if notebooks.keys() & docs.keys():
+        sys.exit(f"a notebook and a page of docs/ have the same name: {sorted(notebooks.keys() & docs.keys())}")
+    return {**notebooks, **docs}
+
+
+def navigation(parts: list[tuple[str, list[str]]] = PARTS, root: Path = ROOT) -> list[tuple[str, list[str]]]:
+    """`parts` checked against the pages that exist: a name with no page, or named twice, stops the build with one line
+    naming it; a page no part lists is added to the last part (notebooks in file order, then pages of docs/)."""
+    pages = site_pages(root)
+    listed = [name for _, names in parts for name in names]
+    unknown = [name for name in listed if name not in pages]
+    if unknown:
+        sys.exit(f"tools/build_docs.py PARTS names pages that do not exist in nbs/ or docs/: {', '.join(unknown)}")
+    twice = sorted({name for name in listed if listed.count(name) > 1})
+    if twice:
+        sys.exit(f"tools/build_docs.py PARTS lists a page more than once: {', '.join(twice)}")
+    rest = sorted((n for n in pages if n not in listed), key=lambda n: (pages[n].suffix != ".ipynb", n))
+    return [(caption, list(names) + (rest if i == len(parts) - 1 else [])) for i, (caption, names) in enumerate(parts)]
+
+
+def page_title_and_summary(path: Path) -> tuple[str, str]:
+    "A page's title (its `# ` heading) and its summary (the `> ` line under the title; empty when it has none)."
+    if path.suffix == ".ipynb":
+        first = "".join(next(c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")["source"])
+    else:
+        first = path.read_text().split("\n## ", 1)[0]
+    title, summary = re.search(r"^# (.+)$", first, re.M), re.search(r"^> (.+)$", first, re.M)
+    return title[1].strip(), summary[1].strip() if summary else ""
+
+
+def part_table(part: int,  # 1 for the first part of PARTS
+               root: Path = ROOT) -> str:
+    """The pages of one part of the navigation as a Markdown table, in their order: the page (a notebook's number,
+    then its title linked to its source file, which the site and tools/make_readme.py turn into the right link), the
+    module a notebook exports, and the page's summary line. The home page and the README show it under each part's introduction."""
+    pages = site_pages(root)
+    names = navigation(root=root)[part - 1][1]
+    rows = []
+    for name in names:
+        path = pages[name]
+        title, summary = page_title_and_summary(path)
+        number, module = "", ""
+        if path.suffix == ".ipynb":
+            number = name.split("_")[0]
+            cells = json.loads(path.read_text())["cells"]
+            module = next((f"`{m[1]}`" for c in cells if c["cell_type"] == "code"
+                           for m in [re.search(r"^#\| ?default_exp (\w+)", "".join(c["source"]), re.M)] if m), "")
+        rows.append(f"| {number + ' ' if number else ''}[{title}]({path.name}) | {module} | {summary} |")
+    return "| page | module | what it covers |\n| --- | --- | --- |\n" + "\n".join(rows)
+
+
+def prepare_notebook(src: Path, dst: Path, toctree: list[tuple[str, list[str]]] | None) -> None:
     nb = json.loads(src.read_text())
     cells = []
     plumbing = opening_plumbing(nb["cells"])
@@ -131,11 +197,27 @@ def prepare_notebook(src: Path, dst: Path, toctree: list[str] | None) -> None:
     link = {"cell_type": "markdown", "metadata": {}, "id": "colab-link",
             "source": f"[Open this notebook in Colab]({colab_url(src.name)}) ({runtime}; the first cell installs the package)."}
     cells.insert(title + 1, link)
-    if toctree is not None:
-        cells.append({"cell_type": "markdown", "metadata": {}, "id": "site-toctree",
-                      "source": "```{toctree}\n:hidden:\n:maxdepth: 1\n\n" + "\n".join(toctree) + "\n```"})
+    for i, (caption, names) in enumerate(toctree or []):  # one captioned list in the sidebar for each part
+        cells.append({"cell_type": "markdown", "metadata": {}, "id": f"site-toctree-{i + 1}",
+                      "source": f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n:caption: {caption}\n\n" + "\n".join(names) + "\n```"})
     nb["cells"] = cells
     dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+
+
+def result_file_markdown(text: str) -> str:
+    """A result file of benchmarks/ as a page includes it: its Markdown tables stay tables, and each other block of
+    lines (the machine and versions, a table's model, the ratios a script printed) becomes a block of plain text, so
+    that a line of a log never reads as a paragraph of the page."""
+    out = []  # [is a table, text]; neighbouring blocks of plain lines share one box
+    for block in re.split(r"\n\s*\n", text.strip("\n")):
+        table = all(line.lstrip().startswith("|") for line in block.splitlines())
+        if out and not table and not out[-1][0]:
+            out[-1][1] += "\n\n" + block
+        else:
+            out.append([table, block])
+    # a box of plain lines wraps them (custom.css, .result-lines) instead of hiding their ends behind a scroll bar
+    return "\n\n".join(block if table else "```{code-block} text\n:class: result-lines\n\n" + block + "\n```"
+                         for table, block in out) + "\n"
 
 
 def mathjax(static: Path) -> None:
@@ -243,7 +325,7 @@ def live_translator_tags(site: Path) -> None:
     for page in site.glob("*.html"):
         html = page.read_text()
         if 'class="live-translate"' in html:
-            html = re.sub(r'(<div class="live-translate".*?</div>\n)', lambda m: m[1] + table, html, count=1, flags=re.S)
+            html = re.sub(r'(<div class="live-translate".*?</div>)\n?', lambda m: m[1] + "\n" + table, html, count=1, flags=re.S)
             page.write_text(html.replace("</head>", tags + "</head>", 1))
 
 
@@ -441,13 +523,12 @@ def main():
     for page in (ROOT / "docs").glob("*.md"):
         shutil.copy(page, src / page.name)
     shutil.copytree(ROOT / "benchmarks", src / "benchmarks", ignore=shutil.ignore_patterns("*.py", "__pycache__"))  # results
+    for result in (src / "benchmarks").rglob("*.txt"):  # the pages include them: tables as tables, log lines as log lines
+        result.write_text(result_file_markdown(result.read_text()))
     shutil.copy(ROOT / "docs" / "favicon.svg", src / "_static" / "favicon.svg")
     shutil.copy(ROOT / "docs" / "custom.css", src / "_static" / "custom.css")
     notebooks = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.name != "index.ipynb")
-    pages = [p for p in DOCS_PAGES if (ROOT / "docs" / f"{p}.md").exists()]
-    pages += sorted(p.stem for p in (ROOT / "docs").glob("*.md") if p.stem not in pages)  # any other page last
-    toctree = [p.stem for p in notebooks] + pages
-    prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", toctree)
+    prepare_notebook(ROOT / "nbs" / "index.ipynb", src / "index.ipynb", navigation())
     for nb in notebooks:
         prepare_notebook(nb, src / nb.name, None)
     vega(src / "_static")
