@@ -84,8 +84,8 @@ def curves(record: dict,
            from_epoch: int = 1,  # the first epoch drawn
            title: str = "",
            ) -> alt.Chart:
-    """A line a run: `y` after each epoch. The data travel as one small CSV table, an epoch a row and a run a column
-    (a page carries many charts); the chart folds the columns back into one line each."""
+    """A line a run: `y` after each epoch. The data travel as one small CSV table, a row an epoch of a run, the run
+    by its number (a page carries many charts); the chart puts the runs' names back."""
     if y == "averaged":
         frame = pd.concat([pd.DataFrame(run["averaged_curve"]).assign(run=run["name"], seed=run["seed"])
                            for run in record["runs"] if "averaged_curve" in run])
@@ -95,15 +95,11 @@ def curves(record: dict,
                                             "train_loss": "training loss"}[y]
     if len({run["seed"] for run in record["runs"]}) > 1:
         frame = frame.assign(run=frame.run + ", seed " + frame.seed.astype(str))
-    frame = frame[(frame.epoch >= from_epoch) & (frame.run.isin(runs) if runs else True)]
+    frame = frame[(frame.epoch >= from_epoch) & (frame.run.isin(runs) if runs else True)].dropna(subset=[y])
     names = list(dict.fromkeys(frame.run))  # in the record's order
-    wide = frame.pivot_table(index="epoch", columns="run", values=y)[names]  # (epochs, runs)
-    wide.columns = [f"r{i}" for i in range(len(names))]
-    table = alt.InlineData(values=wide.reset_index().to_csv(index=False, float_format="%.4g"),
-                           format=alt.DataFormat(type="csv"))
-    label = json.dumps(dict(zip(wide.columns, names)))
-    return alt.Chart(table).transform_fold(list(wide.columns), as_=["column", y]).transform_filter(
-        f"isValid(datum['{y}'])").transform_calculate(run=f"{label}[datum.column]").mark_line(point=True).encode(
+    rows = frame.assign(i=frame.run.map(names.index))[["epoch", "i", y]]  # no empty cells: a run without an epoch has no row
+    table = alt.InlineData(values=rows.to_csv(index=False, float_format="%.4g"), format=alt.DataFormat(type="csv"))
+    return alt.Chart(table).transform_calculate(run=f"{json.dumps(names)}[datum.i]").mark_line(point=True).encode(
         x=alt.X("epoch:Q"), y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=False)),
         color=alt.Color("run:N", title=None, sort=names,
                         legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=320)),

@@ -17,7 +17,14 @@ from annotated_transformer import cli as command
 from annotated_transformer.data import read_lines
 from annotated_transformer.decoding import shipped_model_dir
 
-FRENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k-fr"  # the French side, as CI holds it
+def french_side() -> Path:
+    "The French side of Multi30k, as CI holds it: beside the checkout, or beside $ANNOTATED_TRANSFORMER_DATA's folder."
+    beside = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k-fr"
+    data = os.environ.get("ANNOTATED_TRANSFORMER_DATA")
+    return beside if beside.is_dir() or not data else Path(data).resolve().parent / "multi30k-fr"
+
+
+FRENCH = french_side()
 
 
 def cli(*args, stdin=None, cwd=None):

@@ -44,7 +44,7 @@ PARTS = [
     ("Part 2: A translation system", ["10_data", "10a_subwords", "11_decoding", "12_evaluation", "13_train",
                                       "14_pretrained", "13a_own_pair", "usage"]),
     ("Part 3: Under the hood", ["06_fast", "06a_devices", "06b_loop", "07_checkpoint", "90_cli", "14a_experiments",
-                                "14b_recipe", "gpu", "distributed", "benchmarks", "what-can-go-wrong", "contributing", "api"]),
+                                "13b_recipe", "gpu", "distributed", "benchmarks", "what-can-go-wrong", "contributing", "api"]),
 ]
 # the architecture figure embedded in markdown cells; the site shows the current docs/architecture.svg instead
 FIGURE = re.compile(r'<svg [^>]*aria-label="The Transformer[^"]*".*?</svg>', re.S)

@@ -179,7 +179,7 @@ def continue_from(finished_run: Path, cfg) -> None:
 def train_runs(planned: list[dict], data_dir: str | None, average_last: int = 5, limit: int | None = None) -> None:
     """Train (or resume) every run, in order. A continued run starts as a copy of its source once that has finished;
     a distilled run trains on its teachers' translations, each teacher the candidate its run chooses on val."""
-    from annotated_transformer.recipe import choose_on_val, distill_corpus
+    from annotated_transformer.recipe import distill_corpus
     from annotated_transformer.train import train
     for run in planned:
         cfg = replace(run["config"], data_dir=data_dir)
@@ -187,7 +187,8 @@ def train_runs(planned: list[dict], data_dir: str | None, average_last: int = 5,
             continue_from(run["continues"], cfg)
         if run["teachers"]:
             found = [candidates(teacher, average_last) for teacher in run["teachers"]]
-            chosen = [c[choose_on_val(c, data_dir, limit=limit)[0]] for c in found]
+            greedy_val = lambda path: score(path, "val", [1], limit, data_dir)["beam_1"]["bleu"]
+            chosen = [max(c.values(), key=greedy_val) for c in found]  # each teacher: its candidate best on val
             distill_corpus(chosen, cfg.corpus_dir, data_dir, beam_size=run["teacher_beam"],
                            with_references=run["with_references"])
         train(cfg)
@@ -212,13 +213,21 @@ def averaged_curve(folder: Path, average_last: int, limit: int | None, data_dir:
     return curve
 
 
+SCORED = {}  # (checkpoint folders, split, beam, limit) -> scores: within one command a candidate is decoded once
+
+
 def score(checkpoint: Path | list[Path], split: str, beams: list[int], limit: int | None, data_dir: str | None) -> dict:
-    "BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble)."
+    """BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble).
+    A teacher's candidates, scored to choose it, are not decoded again for the record."""
     from annotated_transformer.decoding import Translator, load_ensemble
     from annotated_transformer.recipe import measure_bleu
-    translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
-    return {beam: {k: r[k] for k in ("bleu", "unk", "sentences")}
-            for beam, r in measure_bleu(translator, split, data_dir, tuple(beams), limit).items()}
+    folders = tuple(str(Path(c).resolve()) for c in (checkpoint if isinstance(checkpoint, list) else [checkpoint]))
+    missing = tuple(beam for beam in beams if (folders, split, beam, limit) not in SCORED)
+    if missing:
+        translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
+        for beam, r in zip(missing, measure_bleu(translator, split, data_dir, missing, limit).values()):
+            SCORED[(folders, split, beam, limit)] = {k: r[k] for k in ("bleu", "unk", "sentences")}
+    return {f"beam_{beam}": SCORED[(folders, split, beam, limit)] for beam in beams}
 
 
 def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int, limit: int | None,
