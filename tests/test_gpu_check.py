@@ -21,11 +21,6 @@ def run(*args):
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd="/")
 
 
-def gpu_page() -> str:
-    "docs/gpu.md with its line breaks read as spaces, so a figure is found wherever its sentence wraps."
-    return " ".join((ROOT / "docs" / "gpu.md").read_text().split())
-
-
 def epochs_of(name: str) -> list[dict]:
     "The records of a run's history.jsonl kept in benchmarks/gpu_h100/, one per epoch."
     import json
