@@ -321,11 +321,21 @@ def remove_dead_writers(path: str | Path) -> list[Path]:
     pid, host = _writer_tag().split("-")
     removed = []
     for p in _asides(path):
-        writer = re.fullmatch(r"(\d+)-([0-9a-f]{8})-\w+", p.name[len(path.name) + 2:-4])  # .NAME.PID-HOST-RANDOM.tmp
-        if writer and writer[2] == host and writer[1] != pid and not _pid_alive(int(writer[1])):
+        writer = _writer_of(p, path)
+        if writer and writer[1] == host and writer[0] != pid and not _pid_alive(int(writer[0])):
             shutil.rmtree(p, ignore_errors=True)  # another machine's writers (a shared disk) are left alone
             removed.append(p)
     return removed
+
+def _writer_of(aside: Path, path: Path) -> tuple[str, str] | None:
+    "(process id, machine) of the writer that made `aside`, from its name .NAME.PID-HOST-RANDOM.tmp (or .old)."
+    writer = re.fullmatch(r"(\d+)-([0-9a-f]{8})-\w+", aside.name[len(path.name) + 2:-4])
+    return (writer[1], writer[2]) if writer else None
+
+def _writing_now(aside: Path, path: Path) -> bool:
+    "Whether a running process of this machine wrote `aside` and may still be writing it (another thread, say)."
+    writer = _writer_of(aside, path)
+    return bool(writer) and writer[1] == _writer_tag().split("-")[1] and _pid_alive(int(writer[0]))
 
 def recover_folder(path: str | Path) -> str | None:
     "If a crash interrupted `writing_folder` between its two renames, put the complete copy back; say what was done."
@@ -333,6 +343,8 @@ def recover_folder(path: str | Path) -> str | None:
     if path.exists():
         return None
     for candidate in _asides(path):
+        if _writing_now(candidate, path):  # a live writer's folder, not one a crash left
+            continue
         try:
             if candidate.is_dir() and check_manifest(candidate) is not None:
                 os.replace(candidate, path)
