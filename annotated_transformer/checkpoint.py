@@ -9,8 +9,8 @@ __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_
            'VOCABULARY_FILES', 'NOT_FINITE', 'RUN_FOLDER', 'RUN_SETTINGS', 'MANIFEST_LIMIT', 'FLOAT_DTYPES',
            'weights_to_save', 'sha256_of', 'read_json', 'check_path', 'resolved', 'make_folder', 'check_finite',
            'vocabulary_fingerprint', 'check_writable', 'check_destination', 'writing_folder', 'check_manifest',
-           'remove_dead_writers', 'recover_folder', 'recover_folders', 'savable_weights', 'save_model', 'int8_rows',
-           'dequantized', 'check_weights_match', 'read_config', 'trusted_manifest', 'model_config',
+           'pid_alive', 'remove_dead_writers', 'recover_folder', 'recover_folders', 'savable_weights', 'save_model',
+           'int8_rows', 'dequantized', 'check_weights_match', 'read_config', 'trusted_manifest', 'model_config',
            'check_stored_weights', 'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/07_checkpoint.ipynb #0c5e3719
@@ -304,7 +304,8 @@ def _writer_tag() -> str:
     "This writer, as its temporary folders name it: the process id and 8 hex digits of the machine's name."
     return f"{os.getpid()}-{hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]}"
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    "Whether a process of this id runs on this machine (a lock's or a temporary folder's writer, say)."
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -322,7 +323,7 @@ def remove_dead_writers(path: str | Path) -> list[Path]:
     removed = []
     for p in _asides(path):
         writer = _writer_of(p, path)
-        if writer and writer[1] == host and writer[0] != pid and not _pid_alive(int(writer[0])):
+        if writer and writer[1] == host and writer[0] != pid and not pid_alive(int(writer[0])):
             shutil.rmtree(p, ignore_errors=True)  # another machine's writers (a shared disk) are left alone
             removed.append(p)
     return removed
@@ -335,7 +336,7 @@ def _writer_of(aside: Path, path: Path) -> tuple[str, str] | None:
 def _writing_now(aside: Path, path: Path) -> bool:
     "Whether a running process of this machine wrote `aside` and may still be writing it (another thread, say)."
     writer = _writer_of(aside, path)
-    return bool(writer) and writer[1] == _writer_tag().split("-")[1] and _pid_alive(int(writer[0]))
+    return bool(writer) and writer[1] == _writer_tag().split("-")[1] and pid_alive(int(writer[0]))
 
 def recover_folder(path: str | Path) -> str | None:
     "If a crash interrupted `writing_folder` between its two renames, put the complete copy back; say what was done."

@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (check_path, load_checkpoint, make_folder, read_json, recover_folders, resolved,
+from .checkpoint import (check_path, load_checkpoint, make_folder, pid_alive, read_json, recover_folders, resolved,
                                              save_checkpoint, save_model)
 from .data import PAD, TokenBucketSampler, batches
 from .subwords import TranslationData, load_vocabularies, vocabulary_texts
@@ -247,15 +247,6 @@ class TrainingStopped(Exception):
 class TrainingDiverged(RuntimeError):
     "The training loss stopped being a finite number: the run cannot go on (the commands exit 1)."
 
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        return True
-    return True
-
 @contextmanager
 def run_lock(out: Path,  # the run folder
              enabled: bool = True,  # False: do nothing (the other processes of a DDP run)
@@ -274,7 +265,7 @@ def run_lock(out: Path,  # the run folder
         except BlockingIOError:
             raise RunLockedError(f"{out} is in use by another training run (pid {previous or 'unknown'}); wait for it "
                                  "to finish or choose another --out-dir") from None
-        if previous.isdigit() and int(previous) != os.getpid() and not _pid_running(int(previous)):
+        if previous.isdigit() and int(previous) != os.getpid() and not pid_alive(int(previous)):
             print(f"taking over the lock of {out} from pid {previous}, which is no longer running")
         f.seek(0); f.truncate(); f.write(str(os.getpid())); f.flush()
         try:
