@@ -27,8 +27,7 @@ from annotated_transformer.evaluation import average_checkpoints
 from annotated_transformer.model import make_model
 from annotated_transformer.train import TrainConfig
 
-PAIRS = [("Ein Hund läuft.", "A dog runs."), ("Eine Katze schläft.", "A cat sleeps."), ("Zwei Hunde spielen.", "Two dogs play."),
-         ("Ein Mann liest ein Buch.", "A man reads a book."), ("Eine Frau singt.", "A woman sings.")] * 8
+from test_hostile_training import PAIRS, corpus  # noqa: E402  (the small corpus of the earlier round)
 TOKENIZER = (shipped_model_dir() / "tokenizer.json").read_text()
 
 
@@ -264,14 +263,6 @@ def test_the_distributed_environment_is_checked_as_a_whole(tmp_path, capsys, mon
 
 
 # ---------------------------------------------------------------- moved runs and changed data
-
-def corpus(folder: Path, pairs=PAIRS) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "val", "test"):
-        (folder / f"{split}.de").write_text("".join(de + "\n" for de, _ in pairs))
-        (folder / f"{split}.en").write_text("".join(en + "\n" for _, en in pairs))
-    return folder
-
 
 def train(capsys, out: Path, data: Path, *extra):
     return command(capsys, "train", "--corpus-dir", str(data), "--out-dir", str(out), "--subwords", "0", "--min-freq", "1",
