@@ -233,19 +233,15 @@ def score(checkpoint: Path | list[Path], split: str, beams: list[int], limit: in
 def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int, limit: int | None,
                   data_dir: str | None) -> list[dict]:
     "BLEU and the length ratio (output tokens / reference tokens) on val and test2016 at each length penalty alpha."
-    import sacrebleu
-    from annotated_transformer.data import load_multi30k
     from annotated_transformer.decoding import Translator, load_ensemble
+    from annotated_transformer.evaluation import evaluate_translator
     translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
-    splits = {split: load_multi30k(split, data_dir)[:limit] for split in ("val", "test")}
     sweep = []
     for alpha in alphas:
-        row = {"alpha": alpha}
-        for split, pairs in splits.items():
-            found = sacrebleu.corpus_bleu(translator.translate([s for s, _ in pairs], beam_size=beam, alpha=alpha),
-                                          [[t for _, t in pairs]])
-            row[split] = {"bleu": round(found.score, 2), "length_ratio": round(found.sys_len / found.ref_len, 4)}
-        sweep.append(row)
+        found = {split: evaluate_translator(translator, split, data_dir, beam_size=beam, alpha=alpha, limit=limit)
+                 for split in ("val", "test")}
+        sweep.append({"alpha": alpha, **{split: {"bleu": round(r["bleu"], 2), "length_ratio": round(r["length_ratio"], 4)}
+                                         for split, r in found.items()}})
     return sweep
 
 
