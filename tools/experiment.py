@@ -245,15 +245,22 @@ def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int,
     return sweep
 
 
+CANDIDATES = {}  # (run folder, average_last) -> its candidates: within one command a finished run is averaged once
+
+
 def candidates(folder: Path, average_last: int) -> dict[str, Path]:
-    "A run's candidates: its best epoch, and the average of its last `average_last` epoch checkpoints (if it has them)."
+    """A finished run's candidates: its best epoch, and the average of its last `average_last` epoch checkpoints (if it
+    has them). A teacher's are found when a student needs them, and reused for the record."""
     from annotated_transformer.evaluation import average_checkpoints, last_checkpoints
     from annotated_transformer.recipe import BEST_CANDIDATE, averaged_candidate
-    found = {BEST_CANDIDATE: folder / "best"}
-    if average_last > 1 and len(list(folder.glob("epoch_[0-9][0-9][0-9]"))) >= average_last:
-        found[averaged_candidate(average_last)] = average_checkpoints(last_checkpoints(folder, average_last),
-                                                                      folder / f"avg{average_last}")
-    return found
+    key = (str(Path(folder).resolve()), average_last)
+    if key not in CANDIDATES:
+        found = {BEST_CANDIDATE: folder / "best"}
+        if average_last > 1 and len(list(folder.glob("epoch_[0-9][0-9][0-9]"))) >= average_last:
+            found[averaged_candidate(average_last)] = average_checkpoints(last_checkpoints(folder, average_last),
+                                                                          folder / f"avg{average_last}")
+        CANDIDATES[key] = found
+    return CANDIDATES[key]
 
 
 def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) -> dict:
