@@ -165,7 +165,7 @@ CHECKS = {**{name: at_least(1) for name in ("epochs", "warmup", "max_tokens", "a
           "seq_len": at_least(2, LIMITS["max_len"].high), "seed": at_least(0),
           "smoothing": number_in(0, 1, high_open=True),
           "factor": number_in(1e-12), "max_grad_norm": number_in(1e-12), "precision": one_of(PRECISIONS),
-          "preset": one_of(tuple(PRESETS)), "data_dir": folder, "corpus_dir": folder, "val_bleu_sentences": at_least(0),
+          "preset": one_of(tuple(PRESETS)), "data_dir": folder, "corpus_dir": folder, "init_from": folder, "val_bleu_sentences": at_least(0),
           "out_dir": new_path, "src_lang": language, "tgt_lang": language,
           "cooldown": at_least(0), "rdrop": number_in(0),
           "subwords": at_least(0, LIMITS["src_vocab"].high)}

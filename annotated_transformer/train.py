@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -33,8 +33,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (check_path, load_checkpoint, make_folder, pid_alive, read_json, recover_folders, resolved,
-                                             save_checkpoint, save_model)
+from .checkpoint import (check_path, load_checkpoint, load_weights, make_folder, pid_alive, read_config,
+                                             read_json, recover_folders, resolved, save_checkpoint, save_model)
 from .data import PAD, TokenBucketSampler, batches
 from .subwords import TranslationData, load_vocabularies, vocabulary_texts
 from .decoding import Translator
@@ -56,6 +56,7 @@ class TrainConfig:
     tgt_lang: str = "en"  # target language
     model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.2))  # the model (vocabulary sizes come from the data; tied when shared)
     preset: str | None = None  # small, base or big: the model's N, d_model, d_ff, h and dropout from PRESETS
+    init_from: str | None = None  # fine-tuning: start from this model folder's weights and vocabularies (its shapes must be the model's); None: a new model
     subwords: int = 8000  # tokens of one BPE vocabulary shared by both languages; 0: a word vocabulary per language
     min_freq: int = 2  # words seen fewer times are <unk>; subwords: pairs seen fewer times are not merged
     max_tokens: int = 2500  # padded tokens per batch per process
@@ -77,7 +78,7 @@ class TrainConfig:
         if isinstance(self.model, dict):  # read back from train_config.json
             self.model = ModelConfig.from_dict(self.model)
         check_path(self.out_dir, "out_dir")  # "" is not "the current folder": a script's unset variable
-        for name in ("data_dir", "corpus_dir"):
+        for name in ("data_dir", "corpus_dir", "init_from"):
             if getattr(self, name) is not None:
                 check_path(getattr(self, name), name)
         for name in ("src_lang", "tgt_lang"):
@@ -335,7 +336,8 @@ def validation_bleu(model: torch.nn.Module,  # the model being trained (put back
 
 def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
-    return {k: str(resolved(v)) if k in ("out_dir", "data_dir", "corpus_dir") and v else v for k, v in settings.items()}
+    return {k: str(resolved(v)) if k in ("out_dir", "data_dir", "corpus_dir", "init_from") and v else v
+            for k, v in settings.items()}
 
 DATA_FILE = "data.json"  # in a run's folder: the SHA-256 of the data it trains on
 
@@ -383,9 +385,9 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the setting
                          "use another out_dir or the same settings to resume")
     return before
 
-def _cooldown_start(steps: list[int], epochs: int, cooldown: int) -> float:
-    "The step where a cooldown of `cooldown` epochs begins (infinity without one), from `planned_steps`."
-    return sum(steps[:epochs - cooldown]) if cooldown else math.inf
+def _cooldown_start(steps: list[int], epochs: int, cooldown: int, warmup: int) -> float:
+    "The step where a cooldown of `cooldown` epochs begins (infinity without one): never inside the warmup."
+    return max(sum(steps[:epochs - cooldown]), warmup) if cooldown else math.inf
 
 def resolved_cooldown(cooldown: int | None,  # `TrainConfig.cooldown`
                       epochs: int,  # the run's epochs
@@ -396,7 +398,7 @@ def resolved_cooldown(cooldown: int | None,  # `TrainConfig.cooldown`
     if cooldown is not None:
         return cooldown
     fifth = round(epochs / 5)
-    return fifth if fifth and _cooldown_start(steps, epochs, fifth) >= warmup else 0
+    return fifth if fifth and sum(steps[:epochs - fifth]) >= warmup else 0
 
 def _save_settings(out: Path, cfg: TrainConfig, fingerprint: dict) -> None:
     "Write train_config.json and data.json (atomically), once everything was checked: a refused run changes no file."
@@ -445,10 +447,23 @@ class _FiniteLoss:
                                    f"{float(total.float().sum())} {where}; try a smaller --rdrop")
 
 def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
-    "The data and vocabularies: a resumed run reuses the vocabularies it was started with."
-    vocabs = dict(zip(("src_vocab", "tgt_vocab"), load_vocabularies(out / "last"))) if (out / "last").exists() else {}
+    "The data and vocabularies: a resumed run reuses the vocabularies it was started with, fine-tuning the model's."
+    start = out / "last" if (out / "last").exists() else cfg.init_from
+    vocabs = dict(zip(("src_vocab", "tgt_vocab"), load_vocabularies(start))) if start is not None else {}
     return TranslationData(cfg.data_dir, cfg.min_freq, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, progress=talk,
                            corpus_dir=cfg.corpus_dir, subwords=cfg.subwords, **vocabs)
+
+def _check_start(model_config: ModelConfig,  # the model the settings and the vocabularies describe
+                 folder: str,  # `TrainConfig.init_from`
+                 ) -> None:
+    "Refuse to fine-tune a model whose shapes the settings do not give (dropout may differ: it has no weights)."
+    saved = ModelConfig.from_dict(read_config(folder)["model"])
+    differ = [f.name for f in fields(ModelConfig) if f.name != "dropout"
+              and getattr(saved, f.name) != getattr(model_config, f.name)]
+    if differ:
+        raise ValueError(f"init_from {folder} holds a model with " + ", ".join(f"{n}={getattr(saved, n)}" for n in differ)
+                         + "; the settings give " + ", ".join(f"{n}={getattr(model_config, n)}" for n in differ)
+                         + ": set the model options to the model you start from")
 
 def train(cfg: TrainConfig,  # the run's settings
           device: str | None = None,  # default: best available (or the process's GPU under torchrun)
@@ -483,6 +498,9 @@ def train(cfg: TrainConfig,  # the run's settings
         # The model with the toolkit's fast layers, Adam with the schedule of section 5.3, the label-smoothed loss.
         set_seed(cfg.seed)
         model = speed_up(build_model(model_config))
+        if cfg.init_from is not None and not (out / "last").exists():  # fine-tuning (a resumed run loads last/ below)
+            _check_start(model_config, cfg.init_from)
+            load_weights(model, cfg.init_from)
         model = model.to(info.device)
         optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)
         saved_epochs, saved_cooldown = (resumed["epochs"], resumed.get("cooldown", 0)) if resumed else (cfg.epochs, cfg.cooldown)
@@ -491,12 +509,12 @@ def train(cfg: TrainConfig,  # the run's settings
             if cfg.cooldown != 0 or saved_cooldown != 0 else []
         cooldown = resolved_cooldown(cfg.cooldown, cfg.epochs, steps, cfg.warmup)
         saved_schedule = (saved_epochs, resolved_cooldown(saved_cooldown, saved_epochs, steps, cfg.warmup))
-        start = _cooldown_start(steps, cfg.epochs, cooldown)
-        if start < cfg.warmup:
-            raise ValueError(f"a cooldown of {cooldown} epochs would begin at step {start}, inside the warmup of "
-                             f"{cfg.warmup} steps: use fewer --cooldown epochs or more --epochs")
+        start = _cooldown_start(steps, cfg.epochs, cooldown, cfg.warmup)
         if cooldown:  # the last `cooldown` epochs take the rate down to 0 in a straight line
             end = sum(steps[:cfg.epochs])
+            if start >= end:
+                raise ValueError(f"the warmup of {cfg.warmup} steps lasts the whole run of {end} steps, so a cooldown "
+                                 "has no steps left: use a shorter --warmup or more --epochs")
             scheduler = LambdaLR(optimizer, lambda step: cooled_rate(step, model.config.d_model, cfg.factor, cfg.warmup,
                                                                      start, end))
         loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)))
@@ -513,7 +531,7 @@ def train(cfg: TrainConfig,  # the run's settings
                       f"{saved.get('batches_done', 0)} batches into it")
         start_epoch, best = saved["epoch"] + 1, saved.get("best", -math.inf)  # best: val BLEU (or minus val loss) so far
         if saved_schedule != (cfg.epochs, cooldown):
-            began = min(start, _cooldown_start(steps, *saved_schedule))
+            began = min(start, _cooldown_start(steps, *saved_schedule, cfg.warmup))
             if state.step > began:  # the rate has left equation 3 (or would now): a new schedule would make it jump
                 raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({began}): "
                                  f"resume it with --epochs {saved_schedule[0]} --cooldown {saved_schedule[1]}, "

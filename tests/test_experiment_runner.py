@@ -90,6 +90,30 @@ def test_distillation_and_an_ensemble_are_steps_of_a_file(tmp_path):
     assert ensemble["members"] == ["a", "b"] and ensemble["dtype"] == "int8" and ensemble["val"]["beam_1"]["sentences"] == 4
 
 
+def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
+    "A run that fine-tunes another starts from the candidate that run chooses on val: its weights and its vocabulary."
+    corpus = tiny_corpus(tmp_path / "corpus")
+    spec = {"recipe": {**TINY, "max_steps": None, "epochs": 2, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus),
+                       "subwords": 100, "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0},
+            "runs": {"base": {},
+                     "tuned": {"fine_tunes": "base", "cooldown": 2, "warmup": 2, "factor": 0.5, "average_last": [2]}},
+            "measure": {"beams": [1], "average_last": 0, "limit": 4}}
+    path = write(tmp_path, "tune", spec)
+    out = tmp_path / "record.json"
+    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    base, tuned = (next(r for r in experiment.planned_runs(spec, path, tmp_path / "runs") if r["name"] == name)
+                   for name in ("base", "tuned"))
+    start = Path(base["config"].out_dir) / "best"  # average_last 0: the base run's one candidate, its best epoch
+    saved = json.loads((Path(tuned["config"].out_dir) / "train_config.json").read_text())
+    assert Path(saved["init_from"]) == start and saved["cooldown"] == 2 and saved["factor"] == 0.5
+    assert (Path(tuned["config"].out_dir) / "best" / "tokenizer.json").read_bytes() == (start / "tokenizer.json").read_bytes()
+    by_name = {r["name"]: r for r in record["runs"]}
+    assert list(by_name["base"]["candidates"]) == ["best epoch (validation BLEU)"]
+    assert list(by_name["tuned"]["candidates"]) == ["best epoch (validation BLEU)", "average of the last 2 epochs"]
+    assert by_name["tuned"]["history"][-1]["lr"] == 0.0  # the cooldown of the whole run ends at 0
+
+
 def tiny_corpus(corpus: Path) -> Path:
     "A small corpus of its own, so that whole epochs take a second."
     corpus.mkdir()
@@ -134,6 +158,10 @@ BAD = [
     ({"runs": {"a": {}}, "measure": {"beam": [4]}}, "measure takes"),
     ({"runs": {"a": {}}, "measure": {"length_penalties": [-1]}}, "length_penalties must be a list of numbers"),
     ({"runs": {"a": {"distilled_from": ["b"]}, "b": {}}}, "is distilled from ['b']: expected runs named before it"),
+    ({"runs": {"a": {"fine_tunes": "b"}, "b": {}}}, "fine-tunes 'b': expected a run named before it"),
+    ({"runs": {"a": {"init_from": "x"}}}, "init_from is not a setting"),
+    ({"runs": {"a": {"average_last": [2, -1]}}}, "average_last must be a whole number"),
+    ({"runs": {"a": {}}, "measure": {"average_last": "5"}}, "average_last must be a whole number"),
     ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a", "c"]}}}, "ensemble 'x' needs \"members\""),
     ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a"], "dtype": "int4"}}}, "dtype must be one of"),
 ]

@@ -8,13 +8,18 @@ An experiment file says what a reader's question needs, and nothing else:
               "no smoothing": {"smoothing": 0.0},
               "longer": {"continues": "recipe", "epochs": 22},    # a copy of a finished run, trained on
               "student": {"distilled_from": ["recipe", "no smoothing"], "teacher_beam": 1,
-                          "with_references": false}},
+                          "with_references": false},
                                                       # trained on the teachers' ensemble translations of the training set
                                                       # (and on its references too, with_references: twice the pairs)
+              "tuned": {"fine_tunes": "student", "epochs": 5, "warmup": 100, "factor": 0.032, "cooldown": 5,
+                        "average_last": [2, 3]}},
+                                                      # starts from the weights and vocabularies of the student's choice
+                                                      # (init_from); average_last as in measure, for this run only
      "ensembles": {"both": {"members": ["recipe", "no smoothing"], "dtype": "int8"}},
                                                       # runs decoded together, weights stored in dtype; scored as a run
      "seeds": [0, 1],                                 # each run once per seed (default [0])
-     "measure": {"average_last": 5,                   # candidates: the best epoch, and the last N averaged (0: none)
+     "measure": {"average_last": 5,                   # candidates: the best epoch, and the last N averaged (0: none;
+                                                      # a list: one average for each N)
                  "beams": [1, 4],                     # val BLEU of every candidate with these beam sizes
                  "curve": false,                      # also the greedy val BLEU of every N consecutive epochs averaged
                  "length_penalties": [0.6, 1.0],      # the choice decoded with the largest beam at each alpha, val and test
@@ -23,7 +28,7 @@ An experiment file says what a reader's question needs, and nothing else:
 Settings are `TrainConfig` fields; "model" holds `ModelConfig` fields. Every run trains with `train` (it resumes
 after a stop), in a folder of --runs-dir named by the settings it changes, so that experiments share a run they both
 need (the recipe itself is --runs-dir/recipe). Then each run's candidates are scored on val; the
-candidate with the best greedy val BLEU is the run's choice, and the run whose choice scores best is the experiment's
+candidate with the best greedy val BLEU is the run's choice (what a student learns from and a fine-tuning starts from), and the run whose choice scores best is the experiment's
 choice, the only one scored on test2016. The record goes to --out (default results/experiments/<experiment>.json):
 the file's contents, and for every run its settings, its per-epoch history and its candidates' scores.
 
@@ -52,7 +57,8 @@ from annotated_transformer.model import ModelConfig  # noqa: E402 (the package o
 
 EXPERIMENT_KEYS = {"question", "recipe", "runs", "seeds", "measure", "ensembles"}
 MEASURE_KEYS = {"average_last", "beams", "limit", "curve", "length_penalties"}
-RUN_ONLY_KEYS = {"continues", "distilled_from", "teacher_beam", "with_references"}  # what a run may say beside settings
+RUN_ONLY_KEYS = {"continues", "distilled_from", "teacher_beam", "with_references", "fine_tunes", "average_last"}  # what a run may say beside settings
+NOT_SETTINGS_OF_A_RUN = {"init_from"}  # the runner sets it from "fine_tunes"
 DTYPES = ("float32", "float16", "int8")  # how an ensemble's members are stored (torch dtypes of these names)
 NOT_SETTINGS = {"out_dir", "data_dir"}  # the runner places every run itself
 
@@ -68,10 +74,10 @@ def settings_fields() -> set[str]:
 
 def changed(base, changes: dict, where: str):
     "`base` (a TrainConfig) with `changes`: TrainConfig fields, and `model` for ModelConfig fields."
-    unknown = sorted(set(changes) - settings_fields())
+    unknown = sorted(set(changes) - (settings_fields() - NOT_SETTINGS_OF_A_RUN))
     if unknown:
         raise ExperimentError(f"{where}: {', '.join(unknown)} is not a setting (expected TrainConfig fields: "
-                              f"{', '.join(sorted(settings_fields()))})")
+                              f"{', '.join(sorted(settings_fields() - NOT_SETTINGS_OF_A_RUN))})")
     model = changes.get("model", {})
     if not isinstance(model, dict) or set(model) - {f.name for f in fields(ModelConfig)}:
         raise ExperimentError(f"{where}: model must hold ModelConfig fields, got {model!r}")
@@ -79,6 +85,16 @@ def changed(base, changes: dict, where: str):
         return replace(base, **{k: v for k, v in changes.items() if k != "model"}, model=replace(base.model, **model))
     except (TypeError, ValueError) as e:
         raise ExperimentError(f"{where}: {e}") from None
+
+
+def averages(average_last: int | list[int]) -> list[int]:
+    "How many last epochs each averaged candidate averages: `average_last` as a list, without 0 and 1 (no average)."
+    return [n for n in ([average_last] if isinstance(average_last, int) else average_last) if n > 1]
+
+
+def good_average_last(value) -> bool:
+    whole = lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 0
+    return whole(value) or (isinstance(value, list) and bool(value) and all(whole(n) for n in value))
 
 
 def read_experiment(path: Path) -> dict:
@@ -97,6 +113,9 @@ def read_experiment(path: Path) -> dict:
     if not (isinstance(alphas, list) and all(isinstance(a, (int, float)) and not isinstance(a, bool) and 0 <= a < 100
                                              for a in alphas)):
         raise ExperimentError(f"{path}: length_penalties must be a list of numbers alpha >= 0, got {alphas!r}")
+    if not good_average_last(spec.get("measure", {}).get("average_last", 5)):
+        raise ExperimentError(f"{path}: average_last must be a whole number >= 0 or a list of them, "
+                              f"got {spec['measure']['average_last']!r}")
     seeds = spec.get("seeds", [0])
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
         raise ExperimentError(f"{path}: seeds must be a list of whole numbers, got {seeds!r}")
@@ -111,6 +130,11 @@ def read_experiment(path: Path) -> dict:
         teachers = run.get("distilled_from", [])
         if not isinstance(teachers, list) or any(t not in names[:names.index(name)] for t in teachers):
             raise ExperimentError(f"{path}: run {name!r} is distilled from {teachers!r}: expected runs named before it")
+        if "fine_tunes" in run and run["fine_tunes"] not in names[:names.index(name)]:
+            raise ExperimentError(f"{path}: run {name!r} fine-tunes {run['fine_tunes']!r}: expected a run named before it")
+        if not good_average_last(run.get("average_last", 0)):
+            raise ExperimentError(f"{path}: run {name!r}: average_last must be a whole number >= 0 or a list of them, "
+                                  f"got {run['average_last']!r}")
     for name, ensemble in spec.get("ensembles", {}).items():
         members = ensemble.get("members") if isinstance(ensemble, dict) else None
         if not (isinstance(members, list) and members and all(m in spec["runs"] for m in members)):
@@ -121,7 +145,7 @@ def read_experiment(path: Path) -> dict:
 
 
 def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
-    "Every (run, seed) with its TrainConfig, its folder and the run it continues, in the file's order."
+    "Every (run, seed) with its TrainConfig, its folder, and the runs it starts from, in the file's order."
     from annotated_transformer.train import TrainConfig
     base = changed(TrainConfig(), spec.get("recipe", {}), f"{path}: recipe")  # TrainConfig's defaults are the recipe
     planned = []
@@ -136,12 +160,16 @@ def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
                                                                 + (["with references"] if run.get("with_references") else []))
                                                     .encode()).hexdigest()[:12]
                 cfg = replace(cfg, corpus_dir=str(runs_dir / corpus))
+            tuned = None if "fine_tunes" not in run else runs_dir / folder_name(configs[run["fine_tunes"]])
+            if tuned is not None:  # named by the run it fine-tunes; train_runs puts in the candidate that run chooses
+                cfg = replace(cfg, init_from=str(tuned))
             configs[name] = cfg
             source = run.get("continues")
             planned.append({"name": name, "seed": seed, "config": replace(cfg, out_dir=str(runs_dir / folder_name(cfg))),
                             "continues": None if source is None else runs_dir / folder_name(configs[source]),
                             "teachers": teachers, "teacher_beam": run.get("teacher_beam", 1),
-                            "with_references": bool(run.get("with_references", False))})
+                            "with_references": bool(run.get("with_references", False)), "fine_tunes": tuned,
+                            "average_last": run.get("average_last", spec.get("measure", {}).get("average_last", 5))})
     return planned
 
 
@@ -150,7 +178,7 @@ def folder_name(cfg) -> str:
     it, and train it once."""
     from annotated_transformer.train import TrainConfig
     flat = differences(cfg, TrainConfig())
-    flat = {**{k: Path(v).name if k == "corpus_dir" else v for k, v in flat.items() if k != "model"},  # a corpus by its name
+    flat = {**{k: Path(v).name if k in ("corpus_dir", "init_from") else v for k, v in flat.items() if k != "model"},  # a corpus by its name
             **{f"model.{k}": v for k, v in flat.get("model", {}).items()}}
     name = "_".join(f"{k}-{v}" for k, v in sorted(flat.items())) or "recipe"
     name = re.sub(r"[^A-Za-z0-9._-]", "", name)
@@ -176,22 +204,30 @@ def continue_from(finished_run: Path, cfg) -> None:
     os.replace(tmp, out)
 
 
-def train_runs(planned: list[dict], data_dir: str | None, average_last: int = 5, limit: int | None = None) -> None:
+def train_runs(planned: list[dict], data_dir: str | None, limit: int | None = None) -> None:
     """Train (or resume) every run, in order. A continued run starts as a copy of its source once that has finished;
-    a distilled run trains on its teachers' translations, each teacher the candidate its run chooses on val."""
+    a distilled run trains on its teachers' translations, and a fine-tuning starts from a model: each the candidate
+    its run chooses on val."""
     from annotated_transformer.recipe import distill_corpus
     from annotated_transformer.train import train
+    average_last = {Path(run["config"].out_dir): run["average_last"] for run in planned}
+    choice = lambda folder: chosen_candidate(folder, average_last[folder], limit, data_dir)
     for run in planned:
         cfg = replace(run["config"], data_dir=data_dir)
         if run["continues"] is not None and not Path(cfg.out_dir).exists():
             continue_from(run["continues"], cfg)
         if run["teachers"]:
-            found = [candidates(teacher, average_last) for teacher in run["teachers"]]
-            greedy_val = lambda path: score(path, "val", [1], limit, data_dir)["beam_1"]["bleu"]
-            chosen = [max(c.values(), key=greedy_val) for c in found]  # each teacher: its candidate best on val
-            distill_corpus(chosen, cfg.corpus_dir, data_dir, beam_size=run["teacher_beam"],
-                           with_references=run["with_references"])
+            distill_corpus([choice(teacher) for teacher in run["teachers"]], cfg.corpus_dir, data_dir,
+                           beam_size=run["teacher_beam"], with_references=run["with_references"])
+        if run["fine_tunes"] is not None:
+            cfg = replace(cfg, init_from=str(choice(run["fine_tunes"])))
         train(cfg)
+
+
+def chosen_candidate(folder: Path, average_last: int | list[int], limit: int | None, data_dir: str | None) -> Path:
+    "The candidate of a finished run with the best greedy val BLEU: the run's choice."
+    greedy_val = lambda path: score(path, "val", [1], limit, data_dir)["beam_1"]["bleu"]
+    return max(candidates(folder, average_last).values(), key=greedy_val)
 
 
 def history(folder: Path) -> list[dict]:
@@ -248,17 +284,18 @@ def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int,
 CANDIDATES = {}  # (run folder, average_last) -> its candidates: within one command a finished run is averaged once
 
 
-def candidates(folder: Path, average_last: int) -> dict[str, Path]:
-    """A finished run's candidates: its best epoch, and the average of its last `average_last` epoch checkpoints (if it
-    has them). A teacher's are found when a student needs them, and reused for the record."""
+def candidates(folder: Path, average_last: int | list[int]) -> dict[str, Path]:
+    """A finished run's candidates: its best epoch, and the average of its last N epoch checkpoints for each N of
+    `average_last` (if it has them). A teacher's are found when a student needs them, and reused for the record."""
     from annotated_transformer.evaluation import average_checkpoints, last_checkpoints
     from annotated_transformer.recipe import BEST_CANDIDATE, averaged_candidate
-    key = (str(Path(folder).resolve()), average_last)
+    key = (str(Path(folder).resolve()), json.dumps(average_last))
     if key not in CANDIDATES:
         found = {BEST_CANDIDATE: folder / "best"}
-        if average_last > 1 and len(list(folder.glob("epoch_[0-9][0-9][0-9]"))) >= average_last:
-            found[averaged_candidate(average_last)] = average_checkpoints(last_checkpoints(folder, average_last),
-                                                                          folder / f"avg{average_last}")
+        epochs = len(list(folder.glob("epoch_[0-9][0-9][0-9]")))
+        for n in averages(average_last):
+            if epochs >= n:
+                found[averaged_candidate(n)] = average_checkpoints(last_checkpoints(folder, n), folder / f"avg{n}")
         CANDIDATES[key] = found
     return CANDIDATES[key]
 
@@ -277,14 +314,14 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
         finished = [r for r in epochs if not r.get("partial")]
         if len(finished) < run["config"].epochs and run["config"].max_steps is None:
             raise ExperimentError(f"{folder} has {len(finished)} of its {run['config'].epochs} epochs: train it first")
-        found = candidates(folder, measure["average_last"])  # averaged once: the test and the ensembles reuse them
+        found = candidates(folder, run["average_last"])  # averaged once: the test and the ensembles reuse them
         scored = {name: {"val": score(c, "val", beams, limit, data_dir)} for name, c in found.items()}
         chosen = max(scored, key=lambda name: scored[name]["val"]["beam_1"]["bleu"])
         settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
         runs.append({"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
                      "candidates": scored, "chosen": chosen, "checkpoint": found[chosen],
-                     **({"averaged_curve": averaged_curve(folder, measure["average_last"], limit, data_dir)}
-                        if measure["curve"] else {})})
+                     **({"averaged_curve": averaged_curve(folder, max(averages(run["average_last"])), limit, data_dir)}
+                        if measure["curve"] and averages(run["average_last"]) else {})})
         if best is None or scored[chosen]["val"]["beam_1"]["bleu"] > best[1]:
             best = (len(runs) - 1, scored[chosen]["val"]["beam_1"]["bleu"])
     ensembles = []
@@ -420,8 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in planned:
                 print(f"{run['config'].out_dir}: {json.dumps(differences(run['config'], TrainConfig()))}")
             return 0
-        measure = spec.get("measure", {})
-        train_runs(planned, args.data_dir, measure.get("average_last", 5), measure.get("limit"))
+        train_runs(planned, args.data_dir, spec.get("measure", {}).get("limit"))
         out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
         write_json(out, record(spec, args.file, planned, args.data_dir))
         print(f"wrote {out}")
