@@ -6,11 +6,11 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 
 # %% auto #0
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'MANIFEST_FILE', 'SCALE_SUFFIX',
-           'VOCABULARY_FILES', 'NOT_FINITE', 'RUN_FOLDER', 'RUN_SETTINGS', 'MANIFEST_LIMIT', 'FLOAT_DTYPES',
-           'weights_to_save', 'sha256_of', 'read_json', 'check_path', 'resolved', 'make_folder', 'check_finite',
-           'vocabulary_fingerprint', 'check_writable', 'check_destination', 'writing_folder', 'check_manifest',
-           'pid_alive', 'remove_dead_writers', 'recover_folder', 'recover_folders', 'savable_weights', 'save_model',
-           'int8_rows', 'dequantized', 'check_weights_match', 'read_config', 'trusted_manifest', 'model_config',
+           'VOCABULARY_FILES', 'NOT_FINITE', 'OWNER_FILE', 'MANIFEST_LIMIT', 'FLOAT_DTYPES', 'weights_to_save',
+           'sha256_of', 'read_json', 'check_path', 'resolved', 'make_folder', 'check_finite', 'vocabulary_fingerprint',
+           'owning', 'check_writable', 'check_destination', 'writing_folder', 'check_manifest', 'pid_alive',
+           'remove_dead_writers', 'recover_folder', 'recover_folders', 'savable_weights', 'save_model', 'int8_rows',
+           'dequantized', 'check_weights_match', 'read_config', 'trusted_manifest', 'model_config',
            'check_stored_weights', 'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/07_checkpoint.ipynb #0c5e3719
@@ -142,23 +142,47 @@ def _seal(folder: Path, step: int | None) -> None:
         p.chmod(0o644)
     folder.chmod(0o755)  # tempfile.mkdtemp made it private (0700)
 
-RUN_FOLDER = re.compile(r"last|best|epoch_\d+")  # the checkpoints a training run writes into its folder
-RUN_SETTINGS = "train_config.json"  # what marks a training run's folder
+OWNER_FILE = ".owner.json"  # in a folder some of whose checkpoints one writer alone writes (a training run's folder)
 
-def _run_owner(path: Path) -> Path | None:
-    "The training run folder that `path` belongs to (the run folder itself, or its last/, best/, epoch_NNN/), else None."
-    if (path / RUN_SETTINGS).is_file():
-        return path
-    if RUN_FOLDER.fullmatch(path.name) and (path.parent / RUN_SETTINGS).is_file():
-        return path.parent
-    return None
-
-def _holds_run_lock(run: Path) -> bool:
-    "Is this process the training run that holds `run`'s lock (whose pid is in `run/.lock`)?"
+@contextmanager
+def owning(folder: Path,  # the folder whose checkpoints are claimed (made if missing)
+           folders: str,  # a regular expression: the names of the checkpoint folders in it that the owner alone writes
+           owner: str,  # who that is, as a refused save names it: "the training run"
+           ):
+    """While the block runs, this process alone saves into `folder` and its checkpoints named by `folders`; afterwards
+    nobody does, until the next `owning` of the folder (a resumed run, say)."""
+    make_folder(folder)
+    _write_claim(folder, {"owner": owner, "folders": folders, "pid": os.getpid()})
     try:
-        return (run / ".lock").read_text().strip() == str(os.getpid())
-    except OSError:
-        return False
+        yield
+    finally:  # the claim stays: the folders remain the owner's, and now no process writes them
+        _write_claim(folder, {"owner": owner, "folders": folders, "pid": None})
+
+def _write_claim(folder: Path, claim: dict) -> None:
+    tmp = folder / f".{OWNER_FILE}.{os.getpid()}.tmp"
+    _write_json(tmp, claim)
+    os.replace(tmp, folder / OWNER_FILE)
+
+def _claim_of(folder: Path) -> dict | None:
+    "The claim written in `folder` by `owning`, if any; a damaged one claims every checkpoint of the folder for nobody."
+    if not (folder / OWNER_FILE).is_file():
+        return None
+    try:
+        claim = read_json(folder / OWNER_FILE)
+        re.compile(claim["folders"])
+        if isinstance(claim["owner"], str) and (claim["pid"] is None or type(claim["pid"]) is int):
+            return claim
+    except (OSError, ValueError, TypeError, KeyError, re.error):
+        pass
+    return {"owner": "the writer that claimed it", "folders": ".*", "pid": None}
+
+def _owner_of(path: Path) -> tuple[Path, dict] | None:
+    "The folder whose owner alone writes `path` (the folder itself, or a checkpoint in it that its claim names), and the claim."
+    for folder in (path, path.parent):
+        claim = _claim_of(folder)
+        if claim is not None and (folder == path or re.fullmatch(claim["folders"], path.name)):
+            return folder, claim
+    return None
 
 def _has_vocabularies(folder: Path) -> bool: return any((folder / n).is_file() for n in VOCABULARY_FILES)
 
@@ -171,12 +195,12 @@ def _checkpoint_around(path: Path) -> Path | None:
     return next((p for p in path.parents if (p / MANIFEST_FILE).is_file() or (p / CONFIG_FILE).is_file()), None)
 
 def check_writable(path: str | Path) -> None:
-    "Refuse a destination that is not this process's to replace: a folder of a training run, or not a checkpoint."
+    "Refuse a destination that is not this process's to replace: a folder another writer owns, or not a checkpoint."
     path = resolved(check_path(path, "a checkpoint folder"))
-    run = _run_owner(path)
-    if run is not None and not (run != path and _holds_run_lock(run)):
-        raise ValueError(f"{path} belongs to the training run in {run} (its last/, best/ and epoch_NNN/ are written "
-                         "by that run only): choose a folder outside it")
+    owned = _owner_of(path)
+    if owned is not None and not (owned[0] != path and owned[1]["pid"] == os.getpid()):
+        raise ValueError(f"{path} belongs to {owned[1]['owner']} in {owned[0]}, which alone writes it: choose a folder "
+                         "outside it")
     inside = _checkpoint_around(path)
     if inside is not None:
         raise ValueError(f"{path} is inside the checkpoint {inside}, whose files belong together: choose a folder "

@@ -200,10 +200,7 @@ def _check_average_out(paths: list[Path], out: Path) -> None:
     if inside is not None:
         raise ValueError(f"the output folder {out} contains {inside}, one of the checkpoints to average: averaging into "
                          "it would replace the folder as a whole; choose a new folder")
-    if (out / "train_config.json").exists():
-        raise ValueError(f"the output folder {out} holds a training run: averaging into it would replace it as a whole; "
-                         "choose a new folder")
-    check_destination(out)  # not a run's epoch_NNN/ or best/, not a folder that is not a checkpoint, and writable
+    check_destination(out)  # not a training run's folder or checkpoint, not a folder that is not a checkpoint, writable
     if (out / WEIGHTS_FILE).exists() or (out / CONFIG_FILE).exists():  # a checkpoint is replaced by its own writer only
         try:
             averaged = "averaged" in read_config(out).get("extra", {})

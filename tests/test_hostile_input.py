@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.decoding import shipped_model_dir
+from annotated_transformer.train import run_lock
 
 
 def cli(*args, stdin=None, env=None, cwd=None):
@@ -194,11 +195,10 @@ def test_integer_weights_are_refused(model_copy):
 
 
 def fake_run(folder: Path) -> Path:
-    "A training run's folder as `train` leaves it: settings, and a checkpoint in last/ and epoch_001/."
-    folder.mkdir()
-    (folder / "train_config.json").write_text("{}")
-    for name in ("last", "epoch_001"):
-        shutil.copytree(shipped_model_dir(), folder / name)
+    "A training run's folder as `train` leaves it: claimed by the run, with a checkpoint in last/ and epoch_001/."
+    with run_lock(folder):
+        for name in ("last", "epoch_001"):
+            shutil.copytree(shipped_model_dir(), folder / name)
     return folder
 
 

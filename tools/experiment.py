@@ -195,12 +195,12 @@ def differences(cfg, base) -> dict:
 
 def continue_from(finished_run: Path, cfg) -> None:
     "Start the run of `cfg` as a copy of `finished_run`, written aside and moved in whole."
-    from annotated_transformer.checkpoint import RUN_SETTINGS
+    from annotated_transformer.train import SETTINGS_FILE
     out = Path(cfg.out_dir)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(finished_run, tmp, ignore=lambda folder, names: [n for n in names if n == ".lock" or n.startswith("avg")])
-    (tmp / RUN_SETTINGS).write_text(json.dumps(asdict(cfg), indent=2))
+    (tmp / SETTINGS_FILE).write_text(json.dumps(asdict(cfg), indent=2))
     os.replace(tmp, out)
 
 
