@@ -62,7 +62,7 @@ class TrainConfig:
     max_tokens: int = 2500  # padded tokens per batch per process
     accum_iter: int = 1  # micro-batches per optimizer step
     epochs: int = 38  # training epochs
-    cooldown: int | None = None  # last epochs in which the rate falls in a straight line to 0; 0: equation 3 to the end; None: the last fifth (8 of 38), if it begins after the warmup
+    cooldown: int | None = None  # last epochs in which the rate falls in a straight line to 0 (not before the warmup ends); 0: equation 3 to the end; None: the last fifth (8 of 38), if it begins after the warmup
     warmup: int = 800  # warmup steps of the schedule
     factor: float = 1.0  # scale of the schedule
     smoothing: float = 0.1  # label smoothing
