@@ -143,6 +143,7 @@ def _seal(folder: Path, step: int | None) -> None:
     folder.chmod(0o755)  # tempfile.mkdtemp made it private (0700)
 
 OWNER_FILE = ".owner.json"  # in a folder some of whose checkpoints one writer alone writes (a training run's folder)
+_OWNED_HERE = set()  # the folders this process owns now (a file's pid could be a dead owner's, reused by another process)
 
 @contextmanager
 def owning(folder: Path,  # the folder whose checkpoints are claimed (made if missing)
@@ -150,38 +151,39 @@ def owning(folder: Path,  # the folder whose checkpoints are claimed (made if mi
            owner: str,  # who that is, as a refused save names it: "the training run"
            ):
     """While the block runs, this process alone saves into `folder` and its checkpoints named by `folders`; afterwards
-    nobody does, until the next `owning` of the folder (a resumed run, say)."""
+    nobody does, until the next `owning` of the folder (a resumed run, say). The claim stays in `folder/OWNER_FILE`."""
     make_folder(folder)
-    _write_claim(folder, {"owner": owner, "folders": folders, "pid": os.getpid()})
+    tmp = folder / f"{OWNER_FILE}.{os.getpid()}.tmp"
+    try:
+        _write_json(tmp, {"owner": owner, "folders": folders})
+        os.replace(tmp, folder / OWNER_FILE)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _OWNED_HERE.add(resolved(folder))
     try:
         yield
-    finally:  # the claim stays: the folders remain the owner's, and now no process writes them
-        _write_claim(folder, {"owner": owner, "folders": folders, "pid": None})
-
-def _write_claim(folder: Path, claim: dict) -> None:
-    tmp = folder / f".{OWNER_FILE}.{os.getpid()}.tmp"
-    _write_json(tmp, claim)
-    os.replace(tmp, folder / OWNER_FILE)
+    finally:
+        _OWNED_HERE.discard(resolved(folder))
 
 def _claim_of(folder: Path) -> dict | None:
-    "The claim written in `folder` by `owning`, if any; a damaged one claims every checkpoint of the folder for nobody."
+    "The claim written in `folder` by `owning`, if any; a damaged one claims every checkpoint of the folder."
     if not (folder / OWNER_FILE).is_file():
         return None
     try:
         claim = read_json(folder / OWNER_FILE)
         re.compile(claim["folders"])
-        if isinstance(claim["owner"], str) and (claim["pid"] is None or type(claim["pid"]) is int):
+        if isinstance(claim["owner"], str):
             return claim
     except (OSError, ValueError, TypeError, KeyError, re.error):
         pass
-    return {"owner": "the writer that claimed it", "folders": ".*", "pid": None}
+    return {"owner": "the writer that claimed it", "folders": ".*"}
 
-def _owner_of(path: Path) -> tuple[Path, dict] | None:
-    "The folder whose owner alone writes `path` (the folder itself, or a checkpoint in it that its claim names), and the claim."
+def _owner_of(path: Path) -> Path | None:
+    "The folder whose owner alone writes `path` (the folder itself, or a checkpoint in it that its claim names)."
     for folder in (path, path.parent):
         claim = _claim_of(folder)
         if claim is not None and (folder == path or re.fullmatch(claim["folders"], path.name)):
-            return folder, claim
+            return folder
     return None
 
 def _has_vocabularies(folder: Path) -> bool: return any((folder / n).is_file() for n in VOCABULARY_FILES)
@@ -197,10 +199,10 @@ def _checkpoint_around(path: Path) -> Path | None:
 def check_writable(path: str | Path) -> None:
     "Refuse a destination that is not this process's to replace: a folder another writer owns, or not a checkpoint."
     path = resolved(check_path(path, "a checkpoint folder"))
-    owned = _owner_of(path)
-    if owned is not None and not (owned[0] != path and owned[1]["pid"] == os.getpid()):
-        raise ValueError(f"{path} belongs to {owned[1]['owner']} in {owned[0]}, which alone writes it: choose a folder "
-                         "outside it")
+    owner = _owner_of(path)
+    if owner is not None and not (owner != path and owner in _OWNED_HERE):
+        raise ValueError(f"{path} belongs to {_claim_of(owner)['owner']} in {owner}, which alone writes it: choose a "
+                         "folder outside it")
     inside = _checkpoint_around(path)
     if inside is not None:
         raise ValueError(f"{path} is inside the checkpoint {inside}, whose files belong together: choose a folder "

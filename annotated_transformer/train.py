@@ -33,8 +33,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (OWNER_FILE, check_path, load_checkpoint, load_weights, make_folder, owning, pid_alive,
-                                             read_config, read_json, recover_folders, resolved, save_checkpoint, save_model)
+from .checkpoint import (CONFIG_FILE, OWNER_FILE, VOCABULARY_FILES, check_manifest, check_path, load_checkpoint,
+                                             load_weights, make_folder, owning, pid_alive, read_config, read_json, recover_folders,
+                                             resolved, save_checkpoint, save_model)
+from .checkpoint import model_config as saved_model_config  # (train's `model_config` is the run's)
 from .data import PAD, TokenBucketSampler, batches
 from .subwords import TranslationData, load_vocabularies, vocabulary_texts
 from .decoding import Translator
@@ -254,7 +256,8 @@ RUN_CHECKPOINTS = r"last|best|epoch_\d+"  # the checkpoint folders a run writes 
 def run_lock(out: Path,  # the run folder
              enabled: bool = True,  # False: do nothing (the other processes of a DDP run)
              ):
-    "Hold an exclusive lock on the run folder while the block runs (released by the OS if the process dies)."
+    """Hold an exclusive lock on the run folder while the block runs (released by the OS if the process dies), and
+    claim the folder and its checkpoints for this run (`owning`: the claim stays when the run ends)."""
     if not enabled:
         yield
         return
@@ -382,8 +385,8 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the setting
     # a field added after the run was saved (rdrop, say) trained with its default: compare that, not nothing
     before, now = _comparable({**asdict(TrainConfig()), **settings}), _comparable(asdict(cfg))
     # where the run lives is no setting (a copied or moved folder resumes); where its data lives neither, once the
-    # data itself is compared (`_check_data`)
-    places = ("out_dir", "data_dir", "corpus_dir") if (out / DATA_FILE).is_file() else ("out_dir",)
+    # data itself is compared (`_check_data`); nor where a fine-tuning started, once its weights are in last/
+    places = ("out_dir", "init_from", *(("data_dir", "corpus_dir") if (out / DATA_FILE).is_file() else ()))
     changed = {k for k in before if k not in ("epochs", "cooldown", "max_steps", *places) and before[k] != now.get(k)}
     if changed:
         raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
@@ -458,16 +461,29 @@ def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
     return TranslationData(cfg.data_dir, cfg.min_freq, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, progress=talk,
                            corpus_dir=cfg.corpus_dir, subwords=cfg.subwords, **vocabs)
 
-def _check_start(model_config: ModelConfig,  # the model the settings and the vocabularies describe
-                 folder: str,  # `TrainConfig.init_from`
-                 ) -> None:
+def _check_start(cfg: TrainConfig) -> ModelConfig:
+    "The settings of the model `cfg.init_from` holds, once it is known to be a whole translation checkpoint of the run's languages."
+    folder = Path(cfg.init_from)
+    if not ((folder / CONFIG_FILE).is_file() and check_manifest(folder) is not None
+            and any((folder / name).is_file() for name in VOCABULARY_FILES)):
+        raise ValueError(f"init_from {folder} is not a translation checkpoint with a manifest: start from a folder "
+                         "save_model wrote with vocabularies (a run's best/ or epoch_NNN/, or an average)")
+    extra = read_config(folder).get("extra", {})
+    languages = (extra.get("src_lang", cfg.src_lang), extra.get("tgt_lang", cfg.tgt_lang))
+    if languages != (cfg.src_lang, cfg.tgt_lang):
+        raise ValueError(f"init_from {folder} translates {languages[0]} to {languages[1]}, but this run trains "
+                         f"{cfg.src_lang} to {cfg.tgt_lang}: set --src-lang and --tgt-lang to the model's")
+    return saved_model_config(folder)  # every value's type and range checked
+
+def _check_shapes(saved: ModelConfig,  # what `_check_start` read
+                  wanted: ModelConfig,  # the model the settings and the vocabularies describe
+                  folder: str,  # `TrainConfig.init_from`
+                  ) -> None:
     "Refuse to fine-tune a model whose shapes the settings do not give (dropout may differ: it has no weights)."
-    saved = ModelConfig.from_dict(read_config(folder)["model"])
-    differ = [f.name for f in fields(ModelConfig) if f.name != "dropout"
-              and getattr(saved, f.name) != getattr(model_config, f.name)]
+    differ = [f.name for f in fields(ModelConfig) if f.name != "dropout" and getattr(saved, f.name) != getattr(wanted, f.name)]
     if differ:
         raise ValueError(f"init_from {folder} holds a model with " + ", ".join(f"{n}={getattr(saved, n)}" for n in differ)
-                         + "; the settings give " + ", ".join(f"{n}={getattr(model_config, n)}" for n in differ)
+                         + "; the settings give " + ", ".join(f"{n}={getattr(wanted, n)}" for n in differ)
                          + ": set the model options to the model you start from")
 
 def train(cfg: TrainConfig,  # the run's settings
@@ -476,13 +492,14 @@ def train(cfg: TrainConfig,  # the run's settings
           data: TranslationData | None = None,  # reuse already-built data and vocabularies
           allow_changed_data: bool = False,  # resume even if the training or validation pairs changed since the run began
           ) -> list[dict]:  # one record per epoch run: losses, BLEU, time, steps
-    "Train a translation model as configured; resumes from out_dir/last if present."
+    "Train a translation model as configured (from `init_from`'s weights if given); resumes from out_dir/last if present."
     info = setup_distributed(device)
     out, talk = Path(cfg.out_dir), progress and info.is_main
     with run_lock(out, info.is_main), stop_on_signals(info) as stop:
         resumed = _prepare_out_dir(out, cfg) if info.is_main else None  # the settings the run was saved with
         if info.world_size > 1:
             dist.barrier()  # the other ranks read what rank 0 may have just recovered
+        start = _check_start(cfg) if cfg.init_from is not None and not (out / "last").exists() else None  # fine-tuning
         data = data if data is not None else _load_data(cfg, out, talk)
         fingerprint = data_fingerprint(data)
         if info.is_main:
@@ -503,8 +520,8 @@ def train(cfg: TrainConfig,  # the run's settings
         # The model with the toolkit's fast layers, Adam with the schedule of section 5.3, the label-smoothed loss.
         set_seed(cfg.seed)
         model = speed_up(build_model(model_config))
-        if cfg.init_from is not None and not (out / "last").exists():  # fine-tuning (a resumed run loads last/ below)
-            _check_start(model_config, cfg.init_from)
+        if start is not None:  # fine-tuning (a resumed run loads last/ below)
+            _check_shapes(start, model_config, cfg.init_from)
             load_weights(model, cfg.init_from)
         model = model.to(info.device)
         optimizer, scheduler = make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup)

@@ -112,6 +112,14 @@ def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
     assert list(by_name["base"]["candidates"]) == ["best epoch (validation BLEU)"]
     assert list(by_name["tuned"]["candidates"]) == ["best epoch (validation BLEU)", "average of the last 2 epochs"]
     assert by_name["tuned"]["history"][-1]["lr"] == 0.0  # the cooldown of the whole run ends at 0
+    assert Path(by_name["tuned"]["settings"]["init_from"]) == start  # the record names the start it used
+    # once begun, a fine-tuning keeps its start: a rerun that would choose another candidate still finds the run finished
+    experiment.CANDIDATES.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(experiment, "chosen_candidate", lambda *a: Path(base["config"].out_dir) / "epoch_001")
+        assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    tuned_again = next(r for r in json.loads(out.read_text())["runs"] if r["name"] == "tuned")
+    assert Path(tuned_again["settings"]["init_from"]) == start and tuned_again["history"] == by_name["tuned"]["history"]
 
 
 def tiny_corpus(corpus: Path) -> Path:

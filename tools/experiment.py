@@ -219,9 +219,15 @@ def train_runs(planned: list[dict], data_dir: str | None, limit: int | None = No
         if run["teachers"]:
             distill_corpus([choice(teacher) for teacher in run["teachers"]], cfg.corpus_dir, data_dir,
                            beam_size=run["teacher_beam"], with_references=run["with_references"])
-        if run["fine_tunes"] is not None:
-            cfg = replace(cfg, init_from=str(choice(run["fine_tunes"])))
+        if run["fine_tunes"] is not None:  # a fine-tuning that has begun keeps the start it began from
+            cfg = replace(cfg, init_from=started_from(Path(cfg.out_dir)) or str(choice(run["fine_tunes"])))
         train(cfg)
+
+
+def started_from(folder: Path) -> str | None:
+    "The model a fine-tuning run in `folder` started from, as its settings say (None: it has not begun)."
+    from annotated_transformer.train import SETTINGS_FILE
+    return json.loads((folder / SETTINGS_FILE).read_text())["init_from"] if (folder / SETTINGS_FILE).is_file() else None
 
 
 def chosen_candidate(folder: Path, average_last: int | list[int], limit: int | None, data_dir: str | None) -> Path:
@@ -318,6 +324,8 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
         scored = {name: {"val": score(c, "val", beams, limit, data_dir)} for name, c in found.items()}
         chosen = max(scored, key=lambda name: scored[name]["val"]["beam_1"]["bleu"])
         settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
+        if run["fine_tunes"] is not None:
+            settings["init_from"] = started_from(folder)  # the candidate it started from, not the run it fine-tunes
         runs.append({"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
                      "candidates": scored, "chosen": chosen, "checkpoint": found[chosen],
                      **({"averaged_curve": averaged_curve(folder, max(averages(run["average_last"])), limit, data_dir)}
@@ -377,7 +385,7 @@ def stored_members(runs: list[dict], dtype: str, tmp: Path) -> list[Path]:
     return folders
 
 
-COMPARE_IGNORES = {"seed", "precision", "max_steps", "keep_epochs", "val_bleu_sentences"}  # may differ from the record's
+COMPARE_IGNORES = {"seed", "precision", "max_steps", "keep_epochs", "val_bleu_sentences", "init_from"}  # may differ from the record's
 
 
 def compare_run(folder: Path, spec: dict, path: Path, record: dict, margin: float) -> tuple[bool, list[str]]:
