@@ -106,7 +106,7 @@ def curves(record: dict,
     rows = frame.assign(i=frame.run.map(names.index))[["epoch", "i", y]]  # no empty cells: a run without an epoch has no row
     table = alt.InlineData(values=rows.to_csv(index=False, float_format="%.4g"), format=alt.DataFormat(type="csv"))
     return alt.Chart(table).transform_calculate(run=f"{json.dumps(names)}[datum.i]").mark_line(point=True).encode(
-        x=alt.X("epoch:Q"), y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=False)),
+        x=alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1)), y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=False)),
         color=alt.Color("run:N", title=None, sort=names,
                         legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=320)),
         tooltip=["run:N", "epoch:Q", f"{y}:Q"]).properties(width=420, height=220, title=title)
