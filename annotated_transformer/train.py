@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (CONFIG_FILE, OWNER_FILE, VOCABULARY_FILES, check_manifest, check_path, load_checkpoint,
+from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, OWNER_FILE, VOCABULARY_FILES, check_path, load_checkpoint,
                                              load_weights, make_folder, owning, pid_alive, read_config, read_json, recover_folders,
                                              resolved, save_checkpoint, save_model)
 from .checkpoint import model_config as saved_model_config  # (train's `model_config` is the run's)
@@ -343,8 +343,7 @@ def validation_bleu(model: torch.nn.Module,  # the model being trained (put back
 
 def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
-    return {k: str(resolved(v)) if k in ("out_dir", "data_dir", "corpus_dir", "init_from") and v else v
-            for k, v in settings.items()}
+    return {k: str(resolved(v)) if k in ("out_dir", "data_dir", "corpus_dir") and v else v for k, v in settings.items()}
 
 SETTINGS_FILE = "train_config.json"  # in a run's folder: its settings
 DATA_FILE = "data.json"  # in a run's folder: the SHA-256 of the data it trains on
@@ -464,7 +463,7 @@ def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
 def _check_start(cfg: TrainConfig) -> ModelConfig:
     "The settings of the model `cfg.init_from` holds, once it is known to be a whole translation checkpoint of the run's languages."
     folder = Path(cfg.init_from)
-    if not ((folder / CONFIG_FILE).is_file() and check_manifest(folder) is not None
+    if not ((folder / CONFIG_FILE).is_file() and (folder / MANIFEST_FILE).is_file()  # (load_weights checks the files)
             and any((folder / name).is_file() for name in VOCABULARY_FILES)):
         raise ValueError(f"init_from {folder} is not a translation checkpoint with a manifest: start from a folder "
                          "save_model wrote with vocabularies (a run's best/ or epoch_NNN/, or an average)")
