@@ -140,7 +140,7 @@ def build(kind, size, device, precision):
             def step_loss(b):
                 two = doubled(b)  # (2B, ...)
                 return rdrop(model(two.src, two.tgt, two.src_mask, two.tgt_mask), two.tgt_y, two.ntokens)[1]
-        if kind == "fast+compile":  # forward pass and loss in one graph (06_fast checks there is no break)
+        if kind == "fast+compile":  # forward pass and loss in one graph (10_fast checks there is no break)
             step_loss = torch.compile(step_loss, fullgraph=True, dynamic=True)
     masks = nullcontext
     if kind == "fast+torch_masks":  # every dropout mask from a random number per entry, as PyTorch draws them

@@ -85,7 +85,7 @@ def wait_for_charts(page, name: str, timeout_ms: int = 30000) -> None:
 
 def test_every_page_loads_cleanly_and_offline(site_url, browser):
     html_pages = pages()
-    assert "index.html" in html_pages and "01_attention.html" in html_pages and "api.html" in html_pages
+    assert "index.html" in html_pages and "01_attention.html" in html_pages and "34_api.html" in html_pages
     problems, links = [], {}
     page = browser.new_page()
     host = urlparse(site_url).netloc
@@ -122,9 +122,9 @@ def test_every_page_loads_cleanly_and_offline(site_url, browser):
 
 def test_charts_math_and_tooltips(site_url, browser):
     page = browser.new_page()
-    page.goto(site_url + "09_viz.html", wait_until="networkidle")
-    assert len(expected_charts("09_viz.html")) >= 3  # the attention maps of a copy-task model
-    wait_for_charts(page, "09_viz.html")
+    page.goto(site_url + "06_viz.html", wait_until="networkidle")
+    assert len(expected_charts("06_viz.html")) >= 3  # the attention maps of a copy-task model
+    wait_for_charts(page, "06_viz.html")
     # hover a cell of the decoder-source attention map: the tooltip shows the token pair and the weight
     att = page.locator(".vega-embed", has_text="key (source)").first
     att.scroll_into_view_if_needed()
@@ -136,7 +136,7 @@ def test_charts_math_and_tooltips(site_url, browser):
     assert "query (target)" in text and "key (source)" in text and "weight" in text
     # nbdev's symbol links (module page + symbol anchor) land on the symbol in the API reference
     page.goto(site_url + "attention.html#multiheadedattention.attend")
-    page.wait_for_url("**/api.html#annotated_transformer.attention.MultiHeadedAttention.attend", timeout=15000)
+    page.wait_for_url("**/34_api.html#annotated_transformer.attention.MultiHeadedAttention.attend", timeout=15000)
     for name in ("01_attention.html", "02_layers.html", "05_training.html"):
         page.goto(site_url + name, wait_until="networkidle")
         page.locator("mjx-container").first.wait_for(state="attached", timeout=15000)
@@ -159,10 +159,10 @@ def test_exercise_solutions_are_folded_until_opened(site_url, browser):
 
 
 def test_api_page_covers_every_module():
-    "A new exported module must be added to docs/api.md, or its docstrings never reach the site."
-    listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "api.md").read_text()))
+    "A new exported module must be added to docs/34_api.md, or its docstrings never reach the site."
+    listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "34_api.md").read_text()))
     modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if not p.stem.startswith("_")}
-    assert modules <= listed, f"missing from docs/api.md: {sorted(modules - listed)}"
+    assert modules <= listed, f"missing from docs/34_api.md: {sorted(modules - listed)}"
 
 
 def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
@@ -197,7 +197,7 @@ def test_every_docs_link_of_the_package_resolves():
     import importlib
     import annotated_transformer._modidx as modidx
     base = modidx.d["settings"]["doc_host"] + modidx.d["settings"]["doc_baseurl"] + "/"
-    api_ids = set(re.findall(r'id="([^"]+)"', (SITE / "api.html").read_text()))
+    api_ids = set(re.findall(r'id="([^"]+)"', (SITE / "34_api.html").read_text()))
     modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if p.stem != "_modidx"}
     for name in sorted(modules):
         doc = importlib.import_module("annotated_transformer" if name == "__init__" else f"annotated_transformer.{name}").__doc__
@@ -210,7 +210,7 @@ def test_every_docs_link_of_the_package_resolves():
             targets = json.loads(re.search(r"var t = (\{.*?\});", redirect)[1])
             assert anchor in targets, f"{symbol}: {link} leads nowhere"
             target = targets[anchor]
-            assert (target.startswith("api.html#") and target[9:] in api_ids) or (SITE / target).is_file(), (symbol, target)
+            assert (target.startswith("34_api.html#") and target[9:] in api_ids) or (SITE / target).is_file(), (symbol, target)
 
 
 def api_entry_text(html: str, name: str) -> str:
@@ -226,7 +226,7 @@ def test_api_reference_shows_the_parameter_comments():
     import torch
     from fastcore.docments import docments
     from annotated_transformer import loop, training
-    html = (SITE / "api.html").read_text()
+    html = (SITE / "34_api.html").read_text()
     for obj in (loop.train_epoch, training.run_epoch, training.rate, training.LabelSmoothing):
         entry = api_entry_text(html, f"{obj.__module__}.{obj.__qualname__}")
         comments = docments(obj.__init__ if isinstance(obj, type) else obj)
@@ -270,20 +270,22 @@ def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
         assert not re.search(r'<span class="[np]">', (SITE / "01_attention.html").read_text())
 
 
-def test_navigation_parts_are_checked_against_the_pages(tmp_path):
-    "A part naming a page that does not exist, or a page twice, stops the build; a page no part names goes last."
+def test_navigation_comes_from_the_pages_numbers(tmp_path):
+    "A page's tens digit is its part, its number its place; a page without a number, or sharing one, stops the build."
     sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import PARTS, navigation
+    from build_docs import navigation
     (tmp_path / "nbs").mkdir(), (tmp_path / "docs").mkdir()
-    for name in ("index", "01_a", "02_b", "03_new"):
+    for name in ("index", "02_b", "01_a", "10_c"):
         (tmp_path / "nbs" / f"{name}.ipynb").write_text("{}")
-    for name in ("guide", "other"):
-        (tmp_path / "docs" / f"{name}.md").write_text(f"# {name}\n")
-    parts = [("One", ["02_b", "01_a"]), ("Two", ["guide"])]
-    assert navigation(parts, tmp_path) == [("One", ["02_b", "01_a"]), ("Two", ["guide", "03_new", "other"])]
-    for bad, word in (([("One", ["01_a", "04_gone"])], "04_gone"), ([("One", ["01_a"]), ("Two", ["01_a"])], "01_a")):
-        with pytest.raises(SystemExit, match=word):
-            navigation(bad, tmp_path)
-    # the site's own PARTS: every page of nbs/ and docs/ placed by hand, none left to the fallback
-    listed = [name for _, names in PARTS for name in names]
-    assert navigation() == PARTS, sorted(set(n for _, names in navigation() for n in names) - set(listed))
+    (tmp_path / "docs" / "03_guide.md").write_text("# guide\n")
+    captions = {0: "One", 1: "Two"}
+    assert navigation(tmp_path, captions) == [("One", ["01_a", "02_b", "03_guide"]), ("Two", ["10_c"])]
+    for bad in ("docs/guide.md", "docs/02_again.md", "nbs/20_far.ipynb"):
+        (tmp_path / bad).write_text("# x\n")
+        with pytest.raises(SystemExit, match=Path(bad).stem):
+            navigation(tmp_path, captions)
+        (tmp_path / bad).unlink()
+    # the site's own pages: every one numbered, in one of the parts
+    assert [n for _, names in navigation() for n in names] == sorted(
+        [p.stem for p in (ROOT / "nbs").glob("[0-9]*.ipynb")] + [p.stem for p in (ROOT / "docs").glob("*.md")],
+        key=lambda n: int(n.split("_")[0]))

@@ -750,7 +750,7 @@ def test_stubs_say_not_written_yet_and_solutions_pass(capsys, chapter):
 
 
 def test_the_exercise_page_lists_every_exercise_with_a_link_to_its_chapter():
-    cells = json.loads((ROOT / "nbs" / "15_exercises.ipynb").read_text())["cells"]
+    cells = json.loads((ROOT / "nbs" / "07_exercises.ipynb").read_text())["cells"]
     table = next("".join(c["source"]) for c in cells if "| chapter | exercise |" in "".join(c["source"]))
     rows, chapter = {}, None
     for line in table.splitlines():

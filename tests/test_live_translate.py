@@ -198,7 +198,7 @@ def test_page_loads_no_weights_until_translate_then_keeps_them(site_url, browser
     # the weights stay in the browser: another visit translates with the network gone
     page.close()
     page = context.new_page()
-    page.goto(site_url + "14_pretrained.html", wait_until="networkidle")
+    page.goto(site_url + "26_pretrained.html", wait_until="networkidle")
     context.set_offline(True)
     box = page.locator(".live-translate")
     box.locator("textarea").fill(SENTENCE)

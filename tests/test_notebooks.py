@@ -134,4 +134,4 @@ def test_a_notebook_that_reads_repository_files_works_in_a_clone_on_colab():
         clone = re.search(r'"git", "clone", [^\]]*"(https://[^"]+)",\s*"([^"]+)"\]', setup)
         assert clone and clone[1] == url, f"{nb.name} reads {read}: its Colab cell must clone {url}"
         assert f'os.chdir("{clone[2]}/nbs")' in setup, f"{nb.name}: its Colab cell must work in the clone's nbs/"
-    assert "06_fast.ipynb" in readers  # the chapter that shows the benchmarks' tables
+    assert "10_fast.ipynb" in readers  # the chapter that shows the benchmarks' tables

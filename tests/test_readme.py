@@ -18,7 +18,7 @@ from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables
 
 README = (ROOT / "README.md").read_text()
 # the site pages the README sends readers to for commands; their examples are tested like the README's own
-PAGES = ["usage", "distributed", "gpu", "benchmarks", "contributing"]
+PAGES = ["28_usage", "16_distributed", "15_gpu", "17_benchmarks", "33_contributing"]
 EXAMPLES = README + "\n".join((ROOT / "docs" / f"{page}.md").read_text() for page in PAGES)
 # examples not run here, and why; every other `annotated-transformer` line of a ```sh block is run
 SKIP = {
@@ -31,8 +31,8 @@ SKIP = {
 }
 # text a reader sees in these files speaks about the project, not about how it was made
 USER_TEXT = [ROOT / "README.md", *(ROOT / "docs" / f"{page}.md" for page in PAGES),
-             *(ROOT / "nbs" / f"{nb}.ipynb" for nb in ("index", "08_copy_task", "10_data", "10a_subwords", "12_evaluation",
-                                                       "14_pretrained", "14a_experiments", "90_cli"))]
+             *(ROOT / "nbs" / f"{nb}.ipynb" for nb in ("index", "14_copy_task", "20_data", "21_subwords", "23_evaluation",
+                                                       "26_pretrained", "31_experiments", "30_cli"))]
 HISTORY = re.compile(r"old model|old recipe|previous (shipped )?model|goal set|no GPU was|was lent|this session|"
                      r"development machine|not measured yet", re.I)
 
@@ -73,7 +73,7 @@ def test_one_copy_task_time_everywhere():
     from annotated_transformer.cli import build_parser
     flat = lambda text: " ".join(text.split())
     assert COPY_TASK_TIME in flat(README)
-    assert COPY_TASK_TIME in flat((ROOT / "nbs" / "08_copy_task.ipynb").read_text().replace('\\n",\n    "', " "))
+    assert COPY_TASK_TIME in flat((ROOT / "nbs" / "14_copy_task.ipynb").read_text().replace('\\n",\n    "', " "))
     assert COPY_TASK_TIME in flat(build_parser().format_help())
     assert not re.search(r"copy.task[^\n]*(a minute|~\d+ ?s\b)", README), "another copy-task time in the README"
 
@@ -131,7 +131,7 @@ def test_make_readme_rules(tmp_path):
     def cell(kind, source, outputs=()):
         return {"cell_type": kind, "metadata": {}, "source": source, **({"outputs": list(outputs)} if kind == "code" else {})}
     markdown_out = {"output_type": "execute_result", "data": {"text/markdown": "| a |\n| --- |\n| 1 |", "text/plain": "<Markdown>"}}
-    cells = [cell("markdown", "# Title\n\nSee [the model](03_model.ipynb), [tests](contributing.md#run) and <https://x.org>."),
+    cells = [cell("markdown", "# Title\n\nSee [the model](03_model.ipynb), [tests](33_contributing.md#run) and <https://x.org>."),
              cell("code", "#| hide\nsecret = 1"), cell("code", "#| export\nimport torch"),
              cell("code", "1 + 1", [{"output_type": "execute_result", "data": {"text/plain": "2"}}]),
              cell("code", "#| echo: false\nMarkdown(table)", [markdown_out]),
@@ -140,7 +140,7 @@ def test_make_readme_rules(tmp_path):
     nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     out = make_readme().render(nb)
     site = make_readme().site_url()
-    assert f"[the model]({site}03_model.html)" in out and f"[tests]({site}contributing.html#run)" in out
+    assert f"[the model]({site}03_model.html)" in out and f"[tests]({site}33_contributing.html#run)" in out
     assert "<https://x.org>" in out
     assert "secret" not in out and "import torch" not in out
     assert "```python\n1 + 1\n```\n\n```text\n2\n```" in out
@@ -227,7 +227,7 @@ def test_text_speaks_about_the_project_only(path):
 # --- the benchmark page renders the benchmarks' own output files
 
 def test_benchmark_page_includes_result_files():
-    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    page = (ROOT / "docs" / "17_benchmarks.md").read_text()
     included = re.findall(r"```\{include\} (\S+)", page)
     assert {"benchmarks/results_train_step.txt", "benchmarks/results_decode.txt"} <= set(included), included
     assert all((ROOT / f).is_file() for f in included), included
@@ -236,7 +236,7 @@ def test_benchmark_page_includes_result_files():
 
 
 def test_the_benchmark_page_says_what_the_recheck_measured():
-    "docs/benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
+    "docs/17_benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
     first, recheck = (read_tables((ROOT / "benchmarks" / name).read_text())
                       for name in ("results_train_step.txt", "results_train_step_recheck.txt"))
     assert set(first) == set(recheck) == {"small", "base"}
@@ -250,7 +250,7 @@ def test_the_benchmark_page_says_what_the_recheck_measured():
 
 
 def test_the_benchmark_page_says_what_the_rdrop_run_measured():
-    "docs/benchmarks.md's words on results_train_step_rdrop.txt, against that file and the first one."
+    "docs/17_benchmarks.md's words on results_train_step_rdrop.txt, against that file and the first one."
     first, rdrop = (read_tables((ROOT / "benchmarks" / name).read_text())
                     for name in ("results_train_step.txt", "results_train_step_rdrop.txt"))
     assert set(rdrop) == {"small"} and set(rdrop["small"]) == {"fast", "explicit", "torch", "fast+rdrop"}
@@ -286,9 +286,9 @@ def test_the_recipe_commands_are_the_recipe():
     "The shell command that reproduces the shipped model's runs is `train` with no settings: its defaults are RECIPE's."
     from annotated_transformer.recipe import RECIPE
     from annotated_transformer.train import TrainConfig
-    texts = {"docs/usage.md": (ROOT / "docs" / "usage.md").read_text(),
-             "nbs/13b_recipe.ipynb": "".join("".join(c["source"]) for c in json.loads(
-                 (ROOT / "nbs" / "13b_recipe.ipynb").read_text())["cells"])}
+    texts = {"docs/28_usage.md": (ROOT / "docs" / "28_usage.md").read_text(),
+             "nbs/25_recipe.ipynb": "".join("".join(c["source"]) for c in json.loads(
+                 (ROOT / "nbs" / "25_recipe.ipynb").read_text())["cells"])}
     for name, text in texts.items():
         assert re.search(r"annotated-transformer train --out-dir runs/multi30k(`|\s+#)", text), f"{name}: no recipe command"
     assert replace(RECIPE, cooldown=None) == TrainConfig()  # the cooldown of None is 8 in 38 epochs (chapter 13)

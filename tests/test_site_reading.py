@@ -73,10 +73,10 @@ def test_phone_menu_opens_and_its_links_work(site_url, browser):
         chapters = page.eval_on_selector_all("#pst-primary-sidebar-modal nav a[href]", "els => els.map(e => e.getAttribute('href'))")
         assert len(chapters) >= len(CHAPTERS), f"the phone menu lists {len(chapters)} pages"
         link.tap()
-        page.wait_for_url("**/08_copy_task.html", timeout=10000)
+        page.wait_for_url("**/14_copy_task.html", timeout=10000)
 
 
-@pytest.mark.parametrize("name", ["05_training.html", "api.html"])
+@pytest.mark.parametrize("name", ["05_training.html", "34_api.html"])
 def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, browser, name):
     with opened(browser, "390x844", name, site_url) as page:
         visible(page, ".secondary-toggle").tap()
@@ -99,7 +99,7 @@ def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, brows
 
 
 @pytest.mark.parametrize("screen", ["1280x800", "1366x768"])
-@pytest.mark.parametrize("name", ["01_attention.html", "api.html"])
+@pytest.mark.parametrize("name", ["01_attention.html", "34_api.html"])
 def test_laptop_shows_chapters_and_page_contents_without_a_tap(site_url, browser, screen, name):
     with opened(browser, screen, name, site_url) as page:
         chapters = page.locator(".bd-sidebar-primary nav a.current").first  # the list scrolls to the page being read
@@ -135,7 +135,7 @@ LINE_STATS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("name", ["05_training.html", "10_data.html", "13_train.html", "14_pretrained.html", "14a_experiments.html"])
+@pytest.mark.parametrize("name", ["05_training.html", "20_data.html", "24_train.html", "26_pretrained.html", "31_experiments.html"])
 def test_prose_lines_are_65_to_85_characters_at_1280(site_url, browser, name):
     with opened(browser, "1280x800", name, site_url) as page:
         per_line = page.evaluate(LINE_STATS)
@@ -181,13 +181,13 @@ WORDS_ON_TWO_LINES = """sel => {
 def test_no_word_is_broken_across_lines(site_url, browser, screen):
     "Tables and text break between words, never inside one (no 'pa/pe/r', no 'introd uction')."
     with opened(browser, screen) as page:
-        for name in ["paper_map.html", "index.html", "01_attention.html", "05_training.html", "14_pretrained.html", "14a_experiments.html"]:
+        for name in ["08_paper_map.html", "index.html", "01_attention.html", "05_training.html", "26_pretrained.html", "31_experiments.html"]:
             page.goto(site_url + name, wait_until="networkidle")
             broken = page.evaluate(WORDS_ON_TWO_LINES, "article.bd-article table, article.bd-article p, article.bd-article li")
             assert not broken, f"{name} at {screen}: words split across lines: {broken[:8]}"
 
 
-@pytest.mark.parametrize("name", ["01_attention.html", "02_layers.html", "05_training.html", "11_decoding.html", "paper_map.html"])
+@pytest.mark.parametrize("name", ["01_attention.html", "02_layers.html", "05_training.html", "22_decoding.html", "08_paper_map.html"])
 def test_phone_equations_and_tables_fit_or_scroll_with_a_cue(site_url, browser, name):
     with opened(browser, "390x844", name, site_url) as page:
         page.wait_for_timeout(500)  # MathJax typesets after load
@@ -213,7 +213,7 @@ def test_phone_equations_and_tables_fit_or_scroll_with_a_cue(site_url, browser, 
             assert cue in ("none", "normal"), f"{name}: the scroll cue stays after scrolling to the end"
 
 
-@pytest.mark.parametrize("name", ["01_attention.html", "13_train.html"])
+@pytest.mark.parametrize("name", ["01_attention.html", "24_train.html"])
 def test_laptop_centres_the_display_equations_that_fit(site_url, browser, name):
     "A display equation narrower than its column sits in the column's middle, not at one of its edges."
     with opened(browser, "1280x800", name, site_url) as page:
@@ -244,12 +244,12 @@ def test_copy_button_copies_the_code(site_url, browser):
 SEARCHES = {"label smoothing": "05_training.html#label-smoothing-section-5-4",
             "learning-rate schedule": "05_training.html#optimizer-and-learning-rate-schedule-section-5-3",
             "layer normalization": "02_layers.html#layer-normalization-section-3-1-citing-ba-et-al-2016",
-            "beam search": "11_decoding.html#beam-search-section-6-1",
+            "beam search": "22_decoding.html#beam-search-section-6-1",
             "causal mask": "03_model.html#decoder-section-3-1-and-the-causal-mask",
             "positional encoding": "02_layers.html#positional-encoding-section-3-5",
             "multi-head attention": "01_attention.html#multi-head-attention-section-3-2-2",
             "scaled dot-product attention": "01_attention.html#scaled-dot-product-attention-section-3-2-1",
-            "checkpoint averaging": "12_evaluation.html#checkpoint-averaging-section-6-1"}
+            "checkpoint averaging": "23_evaluation.html#checkpoint-averaging-section-6-1"}
 
 
 def test_search_ranks_the_concepts_own_section_first_with_readable_snippets(site_url, browser):
@@ -279,7 +279,7 @@ def test_search_ranks_the_concepts_own_section_first_with_readable_snippets(site
 
 # --- charts -----------------------------------------------------------------------------------------------------
 
-CHART_PAGES = [p for p in ("02_layers.html", "03_model.html", "05_training.html", "09_viz.html", "14_pretrained.html", "14a_experiments.html")]
+CHART_PAGES = [p for p in ("02_layers.html", "03_model.html", "05_training.html", "06_viz.html", "26_pretrained.html", "31_experiments.html")]
 
 CHART_BOXES = """() => [...document.querySelectorAll('[id^="altair-viz-"]')].map(el => {
   const col = el.getBoundingClientRect(), svg = el.querySelector('svg');
@@ -322,12 +322,12 @@ def test_line_chart_answers_the_pointer_near_the_line(site_url, browser):
 
 
 def test_charts_follow_the_dark_theme(site_url, browser):
-    with opened(browser, "1280x800", "09_viz.html", site_url) as page:
-        wait_for_charts(page, "09_viz.html")
+    with opened(browser, "1280x800", "06_viz.html", site_url) as page:
+        wait_for_charts(page, "06_viz.html")
         visible(page, ".theme-switch-button").click()  # a menu: system, light, dark
         visible(page, "[data-bs-title='Dark'], .dropdown-menu button:has-text('Dark'), .dropdown-menu a:has-text('Dark')").click()
         assert page.evaluate("document.documentElement.dataset.theme") == "dark"
-        wait_for_charts(page, "09_viz.html")
+        wait_for_charts(page, "06_viz.html")
         colours = page.evaluate("""() => [...document.querySelectorAll('[id^="altair-viz-"] svg')].map(svg => {
             const bg = svg.querySelector('path.background, rect.background');
             const label = svg.querySelector('g.role-axis-label text');

@@ -1,12 +1,12 @@
 """Build the documentation site into site/ (or --out): no network needed, nothing executed.
 
-1. copies docs/conf.py, docs/api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
+1. copies docs/conf.py, docs/34_api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
    directives into what Sphinx understands: `#| hide` cells are dropped, directive comments are
    removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
    the code cells between a chapter's title and its first sentence (imports, plumbing) are left out,
    so that every chapter opens with prose; a Colab form cell (`#@title Solution`, an exercise's solution) is folded
    under "Show the solution"; the home page carries the navigation, one captioned list per part of
-   PARTS (below), in reading order;
+   PART_CAPTIONS (below), in the pages' order;
 2. puts the Vega/Vega-Lite/Vega-Embed bundle (from vl-convert-python) and the parts of MathJax 3 the
    pages use (from the pip package sphinx-mathjax-offline: no Node, no npm) into _static, so pages
    load nothing from elsewhere;
@@ -34,18 +34,11 @@ BUILD = ROOT / "build"
 MATHJAX_PARTS = ["startup.js", "core.js", "input/tex.js", "output/chtml.js", "output/chtml/fonts/tex.js",
                  "output/chtml/fonts/woff-v2", "input/tex/extensions", "a11y/assistive-mml.js"]
 DIRECTIVE = re.compile(r"^\s*#\|.*$")
-# The site's navigation: three parts in reading order, each a caption and its pages (a notebook of nbs/ by its file
-# name without .ipynb, a page of docs/ by its name without .md). The chapters keep their file numbers (Colab links and
-# module headers name them); their place here is what a reader follows. A page listed here that does not exist, or
-# listed twice, stops the build; a page that exists but is not listed goes at the end of the last part, never missing.
-PARTS = [
-    ("Part 1: The paper", ["01_attention", "02_layers", "03_model", "04_batches", "05_training", "08_copy_task",
-                           "09_viz", "15_exercises", "paper_map"]),
-    ("Part 2: A translation system", ["10_data", "10a_subwords", "11_decoding", "12_evaluation", "13_train",
-                                      "14_pretrained", "13a_own_pair", "usage"]),
-    ("Part 3: Under the hood", ["06_fast", "06a_devices", "06b_loop", "07_checkpoint", "90_cli", "14a_experiments",
-                                "13b_recipe", "gpu", "distributed", "benchmarks", "what-can-go-wrong", "contributing", "api"]),
-]
+# The site's navigation comes from the pages' numbers: every page of nbs/ and docs/ starts with one (01_attention,
+# 15_gpu), the pages sort by it, and its tens digit is its part. A page's number is thus its place in the menu and, for
+# a notebook, in the imports: a module imports only modules of lower numbers (tests/test_docs_site.py checks it).
+PART_CAPTIONS = {0: "Part 1: The paper", 1: "Part 2: Running it for real", 2: "Part 3: A translation system",
+                 3: "Part 4: Tools"}
 # the architecture figure embedded in markdown cells; the site shows the current docs/architecture.svg instead
 FIGURE = re.compile(r'<svg [^>]*aria-label="The Transformer[^"]*".*?</svg>', re.S)
 
@@ -116,19 +109,28 @@ def site_pages(root: Path = ROOT) -> dict[str, Path]:
     return {**notebooks, **docs}
 
 
-def navigation(parts: list[tuple[str, list[str]]] = PARTS, root: Path = ROOT) -> list[tuple[str, list[str]]]:
-    """`parts` checked against the pages that exist: a name with no page, or named twice, stops the build with one line
-    naming it; a page no part lists is added to the last part (notebooks in file order, then pages of docs/)."""
+def page_number(name: str) -> int | None:
+    "The number a page's name starts with (`15_gpu` -> 15), or None."
+    m = re.match(r"(\d+)_", name)
+    return int(m[1]) if m else None
+
+
+def navigation(root: Path = ROOT, captions: dict[int, str] = PART_CAPTIONS) -> list[tuple[str, list[str]]]:
+    """The site's parts in reading order, each its caption and its pages sorted by number: a page's tens digit is its
+    part. A page without a number, two pages with one number, or a page in a part with no caption stop the build with one line naming it."""
     pages = site_pages(root)
-    listed = [name for _, names in parts for name in names]
-    unknown = [name for name in listed if name not in pages]
-    if unknown:
-        sys.exit(f"tools/build_docs.py PARTS names pages that do not exist in nbs/ or docs/: {', '.join(unknown)}")
-    twice = sorted({name for name in listed if listed.count(name) > 1})
-    if twice:
-        sys.exit(f"tools/build_docs.py PARTS lists a page more than once: {', '.join(twice)}")
-    rest = sorted((n for n in pages if n not in listed), key=lambda n: (pages[n].suffix != ".ipynb", n))
-    return [(caption, list(names) + (rest if i == len(parts) - 1 else [])) for i, (caption, names) in enumerate(parts)]
+    unnumbered = sorted(name for name in pages if page_number(name) is None)
+    if unnumbered:
+        sys.exit(f"pages without a number (NN_name): {', '.join(unnumbered)}")
+    numbers = [page_number(name) for name in pages]
+    shared = sorted(name for name in pages if numbers.count(page_number(name)) > 1)
+    if shared:
+        sys.exit(f"pages that share a number: {', '.join(shared)}")
+    orphans = sorted(name for name in pages if page_number(name) // 10 not in captions)
+    if orphans:
+        sys.exit(f"pages in a part with no caption in PART_CAPTIONS: {', '.join(orphans)}")
+    return [(caption, sorted((n for n in pages if page_number(n) // 10 == part), key=page_number))
+            for part, caption in sorted(captions.items())]
 
 
 def page_title_and_summary(path: Path) -> tuple[str, str]:
@@ -141,7 +143,7 @@ def page_title_and_summary(path: Path) -> tuple[str, str]:
     return title[1].strip(), summary[1].strip() if summary else ""
 
 
-def part_table(part: int,  # 1 for the first part of PARTS
+def part_table(part: int,  # 1 for the first part of the navigation
                root: Path = ROOT) -> str:
     """The pages of one part of the navigation as a Markdown table, in their order: the page (a notebook's number,
     then its title linked to its source file, which the site and tools/make_readme.py turn into the right link), the
@@ -152,13 +154,12 @@ def part_table(part: int,  # 1 for the first part of PARTS
     for name in names:
         path = pages[name]
         title, summary = page_title_and_summary(path)
-        number, module = "", ""
+        number, module = name.split("_")[0], ""
         if path.suffix == ".ipynb":
-            number = name.split("_")[0]
             cells = json.loads(path.read_text())["cells"]
             module = next((f"`{m[1]}`" for c in cells if c["cell_type"] == "code"
                            for m in [re.search(r"^#\| ?default_exp (\w+)", "".join(c["source"]), re.M)] if m), "")
-        rows.append(f"| {number + ' ' if number else ''}[{title}]({path.name}) | {module} | {summary} |")
+        rows.append(f"| {number} [{title}]({path.name}) | {module} | {summary} |")
     return "| page | module | what it covers |\n| --- | --- | --- |\n" + "\n".join(rows)
 
 
@@ -253,7 +254,7 @@ def nbdev_link_targets(site: Path) -> None:
     For each module, `<module>.html.md` is the chapter as plain Markdown, and `<module>.html` sends the reader to the
     symbol's entry in the API reference (or, without a symbol, to the chapter)."""
     import annotated_transformer._modidx as modidx
-    api_ids = set(re.findall(r'id="(annotated_transformer\.[^"]+)"', (site / "api.html").read_text()))
+    api_ids = set(re.findall(r'id="(annotated_transformer\.[^"]+)"', (site / "34_api.html").read_text()))
     for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
         module = next((m[1] for c in cells for m in [re.search(r"#\| default_exp (\w+)", "".join(c["source"]))] if m), None)
@@ -270,12 +271,29 @@ def nbdev_link_targets(site: Path) -> None:
             parts = symbol.split(".")
             while parts and ".".join(parts) not in api_ids:  # e.g. __init__ has no entry of its own: its class does
                 parts.pop()
-            targets[link.split("#", 1)[1]] = "api.html#" + ".".join(parts) if parts else f"{nb.stem}.html"
+            targets[link.split("#", 1)[1]] = "34_api.html#" + ".".join(parts) if parts else f"{nb.stem}.html"
         (site / f"{module}.html").write_text(REDIRECT.format(targets=json.dumps(targets), page=f"{nb.stem}.html"))
 
 
+# The pages' addresses before the book was numbered in reading order: each old address sends its reader on.
+MOVED = {"09_viz": "06_viz", "15_exercises": "07_exercises", "06_fast": "10_fast", "06a_devices": "11_devices",
+         "06b_loop": "12_loop", "07_checkpoint": "13_checkpoint", "08_copy_task": "14_copy_task", "10_data": "20_data",
+         "10a_subwords": "21_subwords", "11_decoding": "22_decoding", "12_evaluation": "23_evaluation",
+         "13_train": "24_train", "13b_recipe": "25_recipe", "14_pretrained": "26_pretrained",
+         "13a_own_pair": "27_own_pair", "90_cli": "30_cli", "14a_experiments": "31_experiments",
+         "paper_map": "08_paper_map", "gpu": "15_gpu", "distributed": "16_distributed", "benchmarks": "17_benchmarks",
+         "usage": "28_usage", "what-can-go-wrong": "32_what-can-go-wrong", "contributing": "33_contributing",
+         "api": "34_api"}
+
+
+def moved_pages(site: Path) -> None:
+    "A page at each old address (MOVED) that sends the reader to the new one, keeping the section (#...)."
+    for old, new in MOVED.items():
+        (site / f"{old}.html").write_text(REDIRECT.format(targets="{}", page=f"{new}.html"))
+
+
 REDIRECT = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Redirecting</title>
-<script>var t = {targets}; var a = location.hash.slice(1); location.replace(t[a] || "{page}");</script>
+<script>var t = {targets}; var a = location.hash.slice(1); location.replace(t[a] || "{page}" + location.hash);</script>
 </head><body><a href="{page}">Continue to the chapter</a></body></html>
 """
 
@@ -543,6 +561,7 @@ def main():
     if res.returncode != 0:
         sys.exit("sphinx-build failed (warnings are errors: broken links, missing pages, bad markup)")
     nbdev_link_targets(out)
+    moved_pages(out)
     live_translator_tags(out)
     trim(out)
     drop_icon_script(out)

@@ -5,7 +5,7 @@
 #
 # Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
 #   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu, a few at a time), and the `#| slow` cell of
-#      13_train (the tutorial's model; the slow cell of 14_pretrained is left out: it rebuilds the shipped models),
+#      24_train (the tutorial's model; the slow cell of 26_pretrained is left out: it rebuilds the shipped models),
 #      whose best validation BLEU may be at most 1 below the lowest of the recipe's CPU runs (tools/experiment.py experiments/seeds.json --compare);
 #   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
@@ -121,7 +121,7 @@ tutorial_run() {  # the slow cell trains RECIPE into runs/multi30k; its validati
     local aside="$run.before-gpu-check-$(date +%Y%m%d-%H%M%S)"
     mv "$run" "$aside" && echo "moved the earlier $run to $aside: the cell trains anew" || return 1
   fi
-  nbdev-test --flags slow --n-workers 1 --cell-timeout 7200 nbs/13_train.ipynb &&  # 38 epochs: cell_timeout's 900 s can be too few
+  nbdev-test --flags slow --n-workers 1 --cell-timeout 7200 nbs/24_train.ipynb &&  # 38 epochs: cell_timeout's 900 s can be too few
     python tools/experiment.py experiments/seeds.json --compare "$run"
 }
 
@@ -135,7 +135,7 @@ if wanted 1; then
   NB_WORKERS=$(( NB_WORKERS < 1 ? 1 : NB_WORKERS > 4 ? 4 : NB_WORKERS ))
   step "notebooks with #| gpu cells (nbdev-test --flags gpu, $NB_WORKERS at a time)" \
     env OMP_NUM_THREADS=$(( CORES / NB_WORKERS )) nbdev-test --flags gpu --n-workers "$NB_WORKERS" --timing
-  step "the tutorial's training run (#| slow cell of 13_train), as good as on the CPU" tutorial_run
+  step "the tutorial's training run (#| slow cell of 24_train), as good as on the CPU" tutorial_run
 fi
 wanted 2 && step "copy-task with its defaults reaches exact copies" copy_task
 wanted 3 && step "short train on Multi30k (default precision), then translate" short_train

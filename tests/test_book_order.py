@@ -1,0 +1,79 @@
+"""One order: a page's number is its place in the menu and in the imports. A module imports only modules of lower
+numbers; a notebook uses only modules of its own part or earlier ones; the paper's part imports nothing of the toolkit."""
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "annotated_transformer"
+PAPER_LIBRARIES = {"torch", "altair", "pandas"}  # what part 1's modules may import besides the standard library
+
+
+def module_numbers() -> dict[str, int]:
+    "Each exported module by name, with the number of the notebook it is exported from."
+    numbers = {}
+    for nb in sorted((ROOT / "nbs").glob("[0-9]*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            m = re.search(r"^#\|\s*default_exp\s+(\w+)", "".join(cell["source"]), re.M)
+            if cell["cell_type"] == "code" and m:
+                numbers[m[1]] = int(nb.stem.split("_")[0])
+    return numbers
+
+
+def imports_of(tree: ast.AST) -> tuple[set[str], set[str]]:
+    "The package's modules and the outside top-level packages that a piece of code imports (anywhere in it)."
+    ours, outside = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            ours |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("annotated_transformer"):
+            rest = node.module.split(".")[1:]
+            ours |= {rest[0]} if rest else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                (ours.add(a.name.split(".")[1]) if a.name.startswith("annotated_transformer.")
+                 else outside.add(a.name.split(".")[0]))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            outside.add(node.module.split(".")[0])
+    return ours, outside
+
+
+NUMBERS = module_numbers()
+
+
+def test_every_notebook_module_is_numbered_and_sorted():
+    assert {"attention", "model", "training", "fast", "checkpoint", "data", "train", "cli"} <= NUMBERS.keys()
+    names = sorted(p.stem for p in (ROOT / "nbs").glob("[0-9]*.ipynb"))
+    assert names == sorted(names, key=lambda n: int(n.split("_")[0])), "file order is number order"
+
+
+@pytest.mark.parametrize("module", sorted(NUMBERS))
+def test_a_module_imports_only_lower_numbers(module):
+    ours, outside = imports_of(ast.parse((PACKAGE / f"{module}.py").read_text()))
+    later = {m: NUMBERS.get(m) for m in ours if m != "_modidx" and NUMBERS.get(m, 0) >= NUMBERS[module]}
+    assert not later, f"{module} ({NUMBERS[module]:02d}) imports {later}"
+    if NUMBERS[module] < 10:  # the paper's part: torch and the charts' libraries, nothing of the later parts
+        import sys
+        assert outside - PAPER_LIBRARIES - set(sys.stdlib_module_names) - {"__future__"} == set(), outside
+
+
+def test_the_exercises_checker_uses_only_the_paper():
+    "The checker is written by hand, outside the book's pages; it serves part 1, so it imports only part 1."
+    ours, _ = imports_of(ast.parse((PACKAGE / "exercises.py").read_text()))
+    assert {m: NUMBERS[m] for m in ours if NUMBERS.get(m, 99) >= 10} == {}
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "nbs").glob("[0-9]*.ipynb")), ids=lambda p: p.stem)
+def test_a_notebook_uses_only_its_part_and_earlier_ones(nb):
+    part = int(nb.stem.split("_")[0]) // 10
+    used = set()
+    for cell in json.loads(nb.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            source = "\n".join(l for l in "".join(cell["source"]).splitlines()
+                               if not l.lstrip().startswith(("!", "%")))  # shell and magic lines are not Python
+            used |= imports_of(ast.parse(source))[0]
+    later = {m: NUMBERS[m] for m in used if m in NUMBERS and NUMBERS[m] // 10 > part}
+    assert not later, f"{nb.stem} uses modules of later parts: {later}"
