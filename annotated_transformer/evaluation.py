@@ -180,7 +180,7 @@ _DTYPES = {"I8": torch.int8, "F16": torch.float16, "BF16": torch.bfloat16, "F32"
 AVERAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
 
 def _stored_dtype(path: Path) -> torch.dtype:
-    "The dtype the weights of checkpoint `path` are stored in: int8 (chapter 7's 8 bits), else their floating-point dtype."
+    "The dtype the weights of checkpoint `path` are stored in: int8 (the 8 bits of `int8_rows`), else their floating-point dtype."
     with safe_open(str(path / WEIGHTS_FILE), framework="pt") as f:  # the header only
         stored = {_DTYPES.get(f.get_slice(n).get_dtype()) for n in f.keys()}
     return torch.int8 if torch.int8 in stored else next(t for t in stored if t is not None and t.is_floating_point)

@@ -157,8 +157,8 @@ class Limit:
     def __str__(self) -> str:
         return f"in [{self.low}, {self.high})" if self.high_excluded else f"{self.low}..{self.high}"
 
-# The range of each ModelConfig setting that has one. ModelConfig checks it, the commands' options (chapter 90) and the
-# checkpoint loader (chapter 7) read it. The largest sizes are far above any model here: they refuse a typo in an option
+# The range of each ModelConfig setting that has one. ModelConfig checks it, the commands' options and the
+# checkpoint loader read it. The largest sizes are far above any model here: they refuse a typo in an option
 # or a config.json before it allocates a model of that size.
 LIMITS = {
     "src_vocab": Limit(0, 1 << 22), "tgt_vocab": Limit(0, 1 << 22),  # 0: not known yet (the data decides)

@@ -50,7 +50,7 @@ def hardware() -> str:
 def export_pretrained(checkpoint: str | Path,  # a checkpoint folder with weights, config and vocabularies
                       out: str | Path,  # folder to write
                       results: dict | None = None,  # measurements to save as results.json
-                      dtype: torch.dtype = torch.float16,  # how the weights are stored (torch.int8: chapter 7's 8 bits)
+                      dtype: torch.dtype = torch.float16,  # how the weights are stored (torch.int8: the 8 bits of int8_rows)
                       ) -> Path:
     "Write a checkpoint's weights in float16 (or `dtype`) with its config and vocabularies (what the package ships)."
     checkpoint, out = Path(checkpoint), Path(out)

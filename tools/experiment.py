@@ -373,7 +373,7 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
 
 
 def stored_members(runs: list[dict], dtype: str, tmp: Path) -> list[Path]:
-    "Each run's chosen candidate, stored in `dtype` (chapter 7's `save_model`), so an ensemble decodes what it would ship."
+    "Each run's chosen candidate, stored in `dtype` (`checkpoint.save_model`), so an ensemble decodes what it would ship."
     import torch
     from annotated_transformer.checkpoint import load_model, save_model
     from annotated_transformer.evaluation import vocabulary_files

@@ -1,13 +1,13 @@
 // The shipped German-to-English Transformer, run in the browser.
 //
 // This file computes what the Python package computes, from the text in to the text out:
-//   the subword vocabulary (chapter 10a, `subwords.py`)  -> SubwordTokenizer
-//   the checkpoint files (chapter 07, `checkpoint.py`)   -> readSafetensors, sha256Hex
-//   the layers (chapter 02, `layers.py`)                 -> linear, layerNorm, feedForward, positionalEncoding
-//   attention (chapter 01, `attention.py`)               -> attention, MultiHeadAttention
-//   the model (chapter 03, `model.py`)                   -> Transformer (encoder, decoder, generator)
-//   decoding (chapter 11, `decoding.py`)                 -> greedyDecode, beamSearch, Translator
-//   the attention pictures (chapter 09, `viz.py`)        -> Transformer.attentionWeights, readablePieces
+//   the subword vocabulary (`subwords.py`)                  -> SubwordTokenizer
+//   the checkpoint files (`checkpoint.py`)               -> readSafetensors, sha256Hex
+//   the layers (`layers.py`)                             -> linear, layerNorm, feedForward, positionalEncoding
+//   attention (`attention.py`)                           -> attention, MultiHeadAttention
+//   the model (`model.py`)                               -> Transformer (encoder, decoder, generator)
+//   decoding (`decoding.py`)                             -> greedyDecode, beamSearch, Translator
+//   the attention pictures (`viz.py`)                    -> Transformer.attentionWeights, readablePieces
 //
 // Plain JavaScript, no library: a Float32Array holds a matrix row by row, and every matrix product
 // is written out as loops. An inference runtime (ONNX Runtime Web, TensorFlow.js) would need a graph
@@ -22,7 +22,7 @@ export const SPECIALS = ["<s>", "</s>", "<blank>", "<unk>"];  // ids 0-3, as in 
 export const BOS = 0, EOS = 1, PAD = 2, UNK = 3;
 
 // ---------------------------------------------------------------------------------------------
-// Chapter 10a: one byte-pair-encoding vocabulary for both languages.
+// Subwords (subwords.py): one byte-pair-encoding vocabulary for both languages.
 // `tokenizer.json` is the Hugging Face `tokenizers` file the package saves. Its pipeline:
 // special tokens are cut out of the raw text first, each remaining piece is NFC-normalized,
 // spaces become "▁" (and every piece gets a leading "▁"), the text is split before each "▁" and
@@ -139,7 +139,7 @@ export function readablePieces(pieces) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chapter 07: the checkpoint. model.safetensors is an 8-byte little-endian header length, a JSON
+// Checkpoints (checkpoint.py): the checkpoint. model.safetensors is an 8-byte little-endian header length, a JSON
 // header {name: {dtype, shape, data_offsets}}, then the raw little-endian numbers. The shipped
 // weights are float16; like `load_model`, we compute in float32.
 // ---------------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ export async function sha256Hex(buffer) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chapter 02: the layers. A "matrix" is {rows, cols, data} with data a Float32Array, row by row.
+// Building blocks (layers.py): the layers. A "matrix" is {rows, cols, data} with data a Float32Array, row by row.
 // ---------------------------------------------------------------------------------------------
 
 function matrix(rows, cols) { return { rows, cols, data: new Float32Array(rows * cols) }; }
@@ -255,7 +255,7 @@ export function positionalEncoding(position, d) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chapter 01: attention.
+// Attention (attention.py): attention.
 // ---------------------------------------------------------------------------------------------
 
 // Equation 1 for ONE head and ONE query: softmax(q K^T / sqrt(d_k)) V. `q` and `out` are d_model wide,
@@ -317,7 +317,7 @@ export class MultiHeadAttention {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chapter 03: the model.
+// The model (model.py): the model.
 // ---------------------------------------------------------------------------------------------
 
 export class Transformer {
@@ -416,7 +416,7 @@ export class Transformer {
     return { encoder: attn, decoder_self: self, decoder_src: src };  // [layer][head][query] -> weights over keys
   }
 
-  // ---- Chapter 11: incremental decoding with a key/value cache ----
+  // ---- Decoding (decoding.py): incremental decoding with a key/value cache ----
   // `init_cache`: the source keys and values of every decoder layer are projected once from the memory.
   initCache(memory) {
     return this.decoderLayers.map((layer) => ({
@@ -461,7 +461,7 @@ function logSoftmax(logits) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chapter 11: decoding.
+// Decoding (decoding.py): decoding.
 // ---------------------------------------------------------------------------------------------
 
 // `greedy_decode_cached` for one sentence: at each step the single most likely word (never `banned`),
@@ -560,7 +560,7 @@ export class Translator {
     return { text: this.tokenizer.decode(outIds), srcIds, outIds };
   }
 
-  // The attention pictures of chapter 14: source <s> pieces </s> against decoder input <s> w1 ... wn.
+  // The attention pictures of the trained model's page: source <s> pieces </s> against decoder input <s> w1 ... wn.
   attention(srcIds, outIds) {
     const tgtIds = [BOS, ...outIds];
     return {
