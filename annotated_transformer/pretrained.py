@@ -1,4 +1,4 @@
-"""The translation system of the earlier chapters, trained for real: the recipe, the model that ships (a student distilled from four runs), what it cost, its test2016 BLEU with greedy decoding and beam search, translations, a trained model's attention, and `load_trained_model()`.
+"""The model that ships with the package: its results, training curves, translations, the attention of a trained model, and `load_trained_model()`.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.html.md"""
 
