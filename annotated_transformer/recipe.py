@@ -6,8 +6,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/recipe.html.
 
 # %% auto #0
 __all__ = ['RECIPE', 'AVERAGE_LAST', 'BEST_CANDIDATE', 'TEACHERS', 'STUDENT', 'averaged_candidate', 'hardware',
-           'export_pretrained', 'measure_bleu', 'choose_on_val', 'train_and_choose', 'build_pretrained', 'write_lines',
-           'distill_corpus', 'build_distilled']
+           'export_pretrained', 'read_history', 'measure_bleu', 'run_candidates', 'choose_on_val', 'train_and_choose',
+           'build_pretrained', 'write_lines', 'distill_corpus', 'build_distilled']
 
 # %% ../nbs/25_recipe.ipynb #94960052
 import hashlib
@@ -60,8 +60,8 @@ def export_pretrained(checkpoint: str | Path,  # a checkpoint folder with weight
                       extra_config=read_config(checkpoint).get("extra", {}), files=files)
 
 # %% ../nbs/25_recipe.ipynb #45aee7e3
-def _history(run_dir: Path) -> list[dict]:
-    "The per-epoch records of a training run (history.jsonl)."
+def read_history(run_dir: Path) -> list[dict]:
+    "The per-epoch records of a training run (history.jsonl; a stop mid-epoch logs a partial one, marked so)."
     f = run_dir / "history.jsonl"
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
 
@@ -81,14 +81,26 @@ def measure_bleu(translator: Translator, split: str = "test", data_dir: str | Pa
         out[f"beam_{k}"] = {**result, "bleu": round(result["bleu"], 2), "seconds": round(time.perf_counter() - t0, 1)}
     return out
 
+def run_candidates(run: Path,  # a finished run's folder
+                   average_last: list[int],  # for each N > 1, a candidate averaging the last N epochs (when it has N)
+                   ) -> dict[str, Path]:  # name -> checkpoint folder
+    "A finished run's candidates: its best epoch, and the average of its last N epoch checkpoints for each N."
+    found = {BEST_CANDIDATE: run / "best"}
+    epochs = len(list(run.glob("epoch_[0-9][0-9][0-9]")))
+    for n in average_last:
+        if 1 < n <= epochs:  # averaged once: a finished average of the same epochs is kept
+            found[averaged_candidate(n)] = average_checkpoints(last_checkpoints(run, n), run / f"avg{n}")  # vocabularies too
+    return found
+
 def choose_on_val(candidates: dict[str, Path],  # name -> checkpoint folder
                   data_dir: str | Path | None = None, device: str | None = None,
                   limit: int | None = None,  # only the first `limit` val sentences (smoke tests)
+                  greedy_val_bleu=None,  # path -> greedy BLEU on val (default: decode it now); the runner passes its own
                   ) -> tuple[str, dict[str, float]]:  # the chosen name, and every candidate's validation BLEU
     "The candidate with the best greedy BLEU on the validation split (never on a test set)."
-    scores = {name: round(evaluate_translator(Translator.from_checkpoint(path, device), "val", data_dir, beam_size=1,
-                                              limit=limit)["bleu"], 2)
-              for name, path in candidates.items()}
+    greedy_val_bleu = greedy_val_bleu or (lambda path: evaluate_translator(
+        Translator.from_checkpoint(path, device), "val", data_dir, beam_size=1, limit=limit)["bleu"])
+    scores = {name: round(greedy_val_bleu(path), 2) for name, path in candidates.items()}
     return max(scores, key=scores.get), scores
 
 def train_and_choose(recipe: TrainConfig,  # what to train; its out_dir is the run's folder
@@ -98,11 +110,8 @@ def train_and_choose(recipe: TrainConfig,  # what to train; its out_dir is the r
     "Train (or resume) `recipe`, average its last epochs, and choose between that average and the best epoch on val."
     run = Path(recipe.out_dir)
     train(recipe, device=device)
-    candidates = {BEST_CANDIDATE: run / "best"}
     average_last = min(average_last, len(list(run.glob("epoch_[0-9][0-9][0-9]"))))  # a short run has fewer
-    if average_last > 1:
-        candidates[averaged_candidate(average_last)] = average_checkpoints(
-            last_checkpoints(run, average_last), run / f"avg{average_last}")  # vocabularies too
+    candidates = run_candidates(run, [average_last])
     chosen, val_scores = choose_on_val(candidates, recipe.data_dir, device)
     return candidates[chosen], chosen, val_scores
 
@@ -116,7 +125,7 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
     "Train (or resume) `recipe`; ship the best-epoch or averaged weights, whichever is better on val; measure BLEU."
     recipe = replace(recipe, data_dir=str(data_dir) if data_dir else recipe.data_dir)
     checkpoint, chosen, val_scores = train_and_choose(recipe, average_last, device)
-    history = _history(Path(recipe.out_dir))
+    history = read_history(Path(recipe.out_dir))
     with tempfile.TemporaryDirectory() as tmp:  # the scores are those of the weights as they ship, rounded to float16
         translator = Translator.from_checkpoint(export_pretrained(checkpoint, Path(tmp) / "model"), device)
         results = {"recipe": {k: v for k, v in asdict(recipe).items() if k not in ("out_dir", "data_dir")},
@@ -196,6 +205,6 @@ def build_distilled(out: str | Path | None = None,  # where to write the model (
         checkpoint, candidate, val_scores = train_and_choose(teacher, device=device)
         teacher_dirs.append(checkpoint)
         teacher_records[name] = {"checkpoint": candidate, "val_bleu_greedy": val_scores[candidate],
-                                 "train_hours": _train_hours(_history(Path(teacher.out_dir)))}
+                                 "train_hours": _train_hours(read_history(Path(teacher.out_dir)))}
     distill_corpus(teacher_dirs, STUDENT.corpus_dir, data_dir, device, teacher_beam)  # 2. the ensemble translates the training German
     return build_pretrained(STUDENT, out, data_dir, device=device, teacher_records=teacher_records)  # 3. the student, shipped as any run

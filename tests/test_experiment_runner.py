@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import experiment  # noqa: E402  (tools/experiment.py)
 
+from annotated_transformer.recipe import read_history  # noqa: E402
 from annotated_transformer.train import TrainConfig  # noqa: E402
 
 TINY = {"epochs": 1, "max_steps": 1, "val_bleu_sentences": 5, "model": {"N": 1, "d_model": 32, "d_ff": 64, "h": 2}}
@@ -61,8 +62,8 @@ def test_a_continued_run_starts_from_the_finished_run(tmp_path):
             "runs": {"one epoch": {}, "two epochs": {"continues": "one epoch", "epochs": 2}}}
     planned = experiment.planned_runs(spec, write(tmp_path, "longer", spec), tmp_path / "runs")
     assert planned[1]["continues"] == Path(planned[0]["config"].out_dir)
-    experiment.train_runs(planned, None)
-    first, second = (experiment.history(Path(run["config"].out_dir)) for run in planned)
+    experiment.train_runs(planned, experiment.Runner())
+    first, second = (read_history(Path(run["config"].out_dir)) for run in planned)
     assert len(first) == 1 and len(second) == 2 and second[0] == first[0]
 
 
@@ -114,9 +115,8 @@ def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
     assert by_name["tuned"]["history"][-1]["lr"] == 0.0  # the cooldown of the whole run ends at 0
     assert Path(by_name["tuned"]["settings"]["init_from"]) == start  # the record names the start it used
     # once begun, a fine-tuning keeps its start: a rerun that would choose another candidate still finds the run finished
-    experiment.CANDIDATES.clear()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(experiment, "chosen_candidate", lambda *a: Path(base["config"].out_dir) / "epoch_001")
+        mp.setattr(experiment.Runner, "choice", lambda *a: Path(base["config"].out_dir) / "epoch_001")
         assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
     tuned_again = next(r for r in json.loads(out.read_text())["runs"] if r["name"] == "tuned")
     assert Path(tuned_again["settings"]["init_from"]) == start and tuned_again["history"] == by_name["tuned"]["history"]

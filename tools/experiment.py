@@ -48,12 +48,12 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from annotated_transformer.model import ModelConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from annotated_transformer.model import ModelConfig  # noqa: E402 (the package of this checkout)
 
 EXPERIMENT_KEYS = {"question", "recipe", "runs", "seeds", "measure", "ensembles"}
 MEASURE_KEYS = {"average_last", "beams", "limit", "curve", "length_penalties"}
@@ -204,20 +204,20 @@ def continue_from(finished_run: Path, cfg) -> None:
     os.replace(tmp, out)
 
 
-def train_runs(planned: list[dict], data_dir: str | None, limit: int | None = None) -> None:
+def train_runs(planned: list[dict], runner: "Runner") -> None:
     """Train (or resume) every run, in order. A continued run starts as a copy of its source once that has finished;
     a distilled run trains on its teachers' translations, and a fine-tuning starts from a model: each the candidate
     its run chooses on val."""
     from annotated_transformer.recipe import distill_corpus
     from annotated_transformer.train import train
     average_last = {Path(run["config"].out_dir): run["average_last"] for run in planned}
-    choice = lambda folder: chosen_candidate(folder, average_last[folder], limit, data_dir)
+    choice = lambda folder: runner.choice(folder, average_last[folder])
     for run in planned:
-        cfg = replace(run["config"], data_dir=data_dir)
+        cfg = replace(run["config"], data_dir=runner.data_dir)
         if run["continues"] is not None and not Path(cfg.out_dir).exists():
             continue_from(run["continues"], cfg)
         if run["teachers"]:
-            distill_corpus([choice(teacher) for teacher in run["teachers"]], cfg.corpus_dir, data_dir,
+            distill_corpus([choice(teacher) for teacher in run["teachers"]], cfg.corpus_dir, runner.data_dir,
                            beam_size=run["teacher_beam"], with_references=run["with_references"])
         if run["fine_tunes"] is not None:  # a fine-tuning that has begun keeps the start it began from
             cfg = replace(cfg, init_from=started_from(Path(cfg.out_dir)) or str(choice(run["fine_tunes"])))
@@ -230,19 +230,47 @@ def started_from(folder: Path) -> str | None:
     return json.loads((folder / SETTINGS_FILE).read_text())["init_from"] if (folder / SETTINGS_FILE).is_file() else None
 
 
-def chosen_candidate(folder: Path, average_last: int | list[int], limit: int | None, data_dir: str | None) -> Path:
-    "The candidate of a finished run with the best greedy val BLEU: the run's choice."
-    greedy_val = lambda path: score(path, "val", [1], limit, data_dir)["beam_1"]["bleu"]
-    return max(candidates(folder, average_last).values(), key=greedy_val)
+@dataclass
+class Runner:
+    """What one command of the runner knows: where the data is, how many sentences it scores (`limit`), and what it
+    has scored and averaged so far. A teacher's candidates, scored to choose it, are not decoded again for the record,
+    and a finished run is averaged once."""
+    data_dir: str | None = None  # Multi30k files on disk (None: the data folder, or a download)
+    limit: int | None = None  # only the first N val/test sentences (smoke tests)
+    scored: dict = field(default_factory=dict)  # (checkpoint folders, split, beam) -> scores
+    found: dict = field(default_factory=dict)  # (run folder, average_last) -> its candidates
+
+    def score(self, checkpoint: Path | list[Path], split: str, beams: list[int]) -> dict:
+        "BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble)."
+        from annotated_transformer.decoding import Translator, load_ensemble
+        from annotated_transformer.recipe import measure_bleu
+        folders = tuple(str(Path(c).resolve()) for c in (checkpoint if isinstance(checkpoint, list) else [checkpoint]))
+        missing = tuple(beam for beam in beams if (folders, split, beam) not in self.scored)
+        if missing:
+            translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
+            for beam, r in zip(missing, measure_bleu(translator, split, self.data_dir, missing, self.limit).values()):
+                self.scored[(folders, split, beam)] = {k: r[k] for k in ("bleu", "unk", "sentences")}
+        return {f"beam_{beam}": self.scored[(folders, split, beam)] for beam in beams}
+
+    def greedy_val_bleu(self, checkpoint: Path) -> float:
+        return self.score(checkpoint, "val", [1])["beam_1"]["bleu"]
+
+    def candidates(self, folder: Path, average_last: int | list[int]) -> dict[str, Path]:
+        "A finished run's candidates (`recipe.run_candidates`): its best epoch, and its last N epochs averaged."
+        from annotated_transformer.recipe import run_candidates
+        key = (str(Path(folder).resolve()), json.dumps(average_last))
+        if key not in self.found:
+            self.found[key] = run_candidates(folder, averages(average_last))
+        return self.found[key]
+
+    def choice(self, folder: Path, average_last: int | list[int]) -> Path:
+        "The candidate of a finished run with the best greedy val BLEU (`recipe.choose_on_val`): the run's choice."
+        from annotated_transformer.recipe import choose_on_val
+        found = self.candidates(folder, average_last)
+        return found[choose_on_val(found, greedy_val_bleu=self.greedy_val_bleu)[0]]
 
 
-def history(folder: Path) -> list[dict]:
-    "A run's per-epoch records (a stop mid-epoch, or max_steps, logs a partial one, marked so)."
-    f = folder / "history.jsonl"
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
-
-
-def averaged_curve(folder: Path, average_last: int, limit: int | None, data_dir: str | None) -> list[dict]:
+def averaged_curve(folder: Path, average_last: int, runner: Runner) -> list[dict]:
     "Greedy val BLEU of the average of each `average_last` consecutive epoch checkpoints, by the last epoch averaged."
     from annotated_transformer.evaluation import average_checkpoints
     epochs = sorted(int(p.name.split("_")[1]) for p in folder.glob("epoch_[0-9][0-9][0-9]"))
@@ -251,84 +279,48 @@ def averaged_curve(folder: Path, average_last: int, limit: int | None, data_dir:
         with tempfile.TemporaryDirectory() as tmp:
             averaged = average_checkpoints([folder / f"epoch_{e:03d}" for e in range(last - average_last + 1, last + 1)],
                                            Path(tmp) / "avg")
-            curve.append({"epoch": last, "val": score(averaged, "val", [1], limit, data_dir)})
+            curve.append({"epoch": last, "val": runner.score(averaged, "val", [1])})
     return curve
 
 
-SCORED = {}  # (checkpoint folders, split, beam, limit) -> scores: within one command a candidate is decoded once
-
-
-def score(checkpoint: Path | list[Path], split: str, beams: list[int], limit: int | None, data_dir: str | None) -> dict:
-    """BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble).
-    A teacher's candidates, scored to choose it, are not decoded again for the record."""
-    from annotated_transformer.decoding import Translator, load_ensemble
-    from annotated_transformer.recipe import measure_bleu
-    folders = tuple(str(Path(c).resolve()) for c in (checkpoint if isinstance(checkpoint, list) else [checkpoint]))
-    missing = tuple(beam for beam in beams if (folders, split, beam, limit) not in SCORED)
-    if missing:
-        translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
-        for beam, r in zip(missing, measure_bleu(translator, split, data_dir, missing, limit).values()):
-            SCORED[(folders, split, beam, limit)] = {k: r[k] for k in ("bleu", "unk", "sentences")}
-    return {f"beam_{beam}": SCORED[(folders, split, beam, limit)] for beam in beams}
-
-
-def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int, limit: int | None,
-                  data_dir: str | None) -> list[dict]:
+def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int, runner: Runner) -> list[dict]:
     "BLEU and the length ratio (output tokens / reference tokens) on val and test2016 at each length penalty alpha."
     from annotated_transformer.decoding import Translator, load_ensemble
     from annotated_transformer.evaluation import evaluate_translator
     translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
     sweep = []
     for alpha in alphas:
-        found = {split: evaluate_translator(translator, split, data_dir, beam_size=beam, alpha=alpha, limit=limit)
+        found = {split: evaluate_translator(translator, split, runner.data_dir, beam_size=beam, alpha=alpha,
+                                           limit=runner.limit)
                  for split in ("val", "test")}
         sweep.append({"alpha": alpha, **{split: {"bleu": round(r["bleu"], 2), "length_ratio": round(r["length_ratio"], 4)}
                                          for split, r in found.items()}})
     return sweep
 
 
-CANDIDATES = {}  # (run folder, average_last) -> its candidates: within one command a finished run is averaged once
-
-
-def candidates(folder: Path, average_last: int | list[int]) -> dict[str, Path]:
-    """A finished run's candidates: its best epoch, and the average of its last N epoch checkpoints for each N of
-    `average_last` (if it has them). A teacher's are found when a student needs them, and reused for the record."""
-    from annotated_transformer.evaluation import average_checkpoints, last_checkpoints
-    from annotated_transformer.recipe import BEST_CANDIDATE, averaged_candidate
-    key = (str(Path(folder).resolve()), json.dumps(average_last))
-    if key not in CANDIDATES:
-        found = {BEST_CANDIDATE: folder / "best"}
-        epochs = len(list(folder.glob("epoch_[0-9][0-9][0-9]")))
-        for n in averages(average_last):
-            if epochs >= n:
-                found[averaged_candidate(n)] = average_checkpoints(last_checkpoints(folder, n), folder / f"avg{n}")
-        CANDIDATES[key] = found
-    return CANDIDATES[key]
-
-
-def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) -> dict:
+def record(spec: dict, path: Path, planned: list[dict], runner: Runner) -> dict:
     "Every run's settings, history and candidates scored on val; the choice, scored on test2016."
     import torch
-    from annotated_transformer.recipe import hardware
+    from annotated_transformer.recipe import choose_on_val, hardware, read_history
     measure = {"average_last": 5, "beams": [1, 4], "curve": False, "length_penalties": [], "limit": None,
                **spec.get("measure", {})}
-    beams, limit = sorted(set(measure["beams"]) | {1}), measure["limit"]  # greedy always: it chooses
+    beams = sorted(set(measure["beams"]) | {1})  # greedy always: it chooses
     runs, best = [], None
     for run in planned:
         folder = Path(run["config"].out_dir)
-        epochs = history(folder)
+        epochs = read_history(folder)
         finished = [r for r in epochs if not r.get("partial")]
         if len(finished) < run["config"].epochs and run["config"].max_steps is None:
             raise ExperimentError(f"{folder} has {len(finished)} of its {run['config'].epochs} epochs: train it first")
-        found = candidates(folder, run["average_last"])  # averaged once: the test and the ensembles reuse them
-        scored = {name: {"val": score(c, "val", beams, limit, data_dir)} for name, c in found.items()}
-        chosen = max(scored, key=lambda name: scored[name]["val"]["beam_1"]["bleu"])
+        found = runner.candidates(folder, run["average_last"])  # averaged once: the test and the ensembles reuse them
+        scored = {name: {"val": runner.score(c, "val", beams)} for name, c in found.items()}
+        chosen = choose_on_val(found, greedy_val_bleu=runner.greedy_val_bleu)[0]
         settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
         if run["fine_tunes"] is not None:
             settings["init_from"] = started_from(folder)  # the candidate it started from, not the run it fine-tunes
         runs.append({"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
                      "candidates": scored, "chosen": chosen, "checkpoint": found[chosen],
-                     **({"averaged_curve": averaged_curve(folder, max(averages(run["average_last"])), limit, data_dir)}
+                     **({"averaged_curve": averaged_curve(folder, max(averages(run["average_last"])), runner)}
                         if measure["curve"] and averages(run["average_last"]) else {})})
         if best is None or scored[chosen]["val"]["beam_1"]["bleu"] > best[1]:
             best = (len(runs) - 1, scored[chosen]["val"]["beam_1"]["bleu"])
@@ -337,11 +329,11 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
         with tempfile.TemporaryDirectory() as tmp:
             members = stored_members([r for r in runs if r["name"] in ensemble["members"]], ensemble.get("dtype", "float32"),
                                      Path(tmp))
-            scored = {"val": score(members, "val", beams, limit, data_dir)}
+            scored = {"val": runner.score(members, "val", beams)}
             megabytes = round(sum((m / "model.safetensors").stat().st_size for m in members) / 1e6, 2)
             if scored["val"]["beam_1"]["bleu"] > best[1]:
                 best = (None, scored["val"]["beam_1"]["bleu"])
-                scored["test"] = score(members, "test", beams, limit, data_dir)
+                scored["test"] = runner.score(members, "test", beams)
         ensembles.append({"name": name, "members": ensemble["members"], "dtype": ensemble.get("dtype", "float32"),
                           "megabytes": megabytes, **scored})
     sweep = []
@@ -355,15 +347,15 @@ def record(spec: dict, path: Path, planned: list[dict], data_dir: str | None) ->
                 spec_e = spec["ensembles"][chosen["ensemble"]]
                 members = stored_members([r for r in runs if r["name"] in spec_e["members"]],
                                          spec_e.get("dtype", "float32"), Path(tmp))
-                sweep = penalty_sweep(members, measure["length_penalties"], max(beams), limit, data_dir)
+                sweep = penalty_sweep(members, measure["length_penalties"], max(beams), runner)
     else:
         winner = runs[best[0]]
-        winner["candidates"][winner["chosen"]]["test"] = score(winner["checkpoint"], "test", beams, limit, data_dir)
+        winner["candidates"][winner["chosen"]]["test"] = runner.score(winner["checkpoint"], "test", beams)
         chosen = {"run": winner["name"], "seed": winner["seed"], "candidate": winner["chosen"]}
         for e in ensembles:
             e.pop("test", None)
         if measure["length_penalties"]:
-            sweep = penalty_sweep(winner["checkpoint"], measure["length_penalties"], max(beams), limit, data_dir)
+            sweep = penalty_sweep(winner["checkpoint"], measure["length_penalties"], max(beams), runner)
     for r in runs:
         del r["checkpoint"]  # a folder of this machine (the chosen candidate's): not part of the record
     return {"experiment": path.stem, **spec, "measure": measure,
@@ -465,9 +457,10 @@ def main(argv: list[str] | None = None) -> int:
             for run in planned:
                 print(f"{run['config'].out_dir}: {json.dumps(differences(run['config'], TrainConfig()))}")
             return 0
-        train_runs(planned, args.data_dir, spec.get("measure", {}).get("limit"))
+        runner = Runner(args.data_dir, spec.get("measure", {}).get("limit"))
+        train_runs(planned, runner)
         out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
-        write_json(out, record(spec, args.file, planned, args.data_dir))
+        write_json(out, record(spec, args.file, planned, runner))
         print(f"wrote {out}")
         return 0
     except ExperimentError as e:
