@@ -1,34 +1,52 @@
-"""The experiment records in results/experiments/ and the renderer of chapter 14a (annotated_transformer.experiments).
+"""The experiment records in results/experiments/ and their renderer, annotated_transformer.experiments, exported from
+nbs/31_experiments.ipynb ("Experiments on the recipe").
 
-The records were converted from an older format without retraining. tests/data/figures_before_conversion.json holds
+Every experiment file has its record and a section of that page. The records were converted from an older format without retraining. tests/data/figures_before_conversion.json holds
 every BLEU and every per-epoch value the old records held, read by the old records' own keys: the renderer must show
 exactly those figures from the new records, no more and no fewer."""
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
-from annotated_transformer.experiments import history, read_record, runs_table, scores, spread_between_runs
+from annotated_transformer.experiments import (history, read_record, runs_table, scores, single_epoch_spread,
+                                               spread_between_runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "experiments"
+PAGE = ROOT / "nbs" / "31_experiments.ipynb"
 BEFORE = json.loads((ROOT / "tests" / "data" / "figures_before_conversion.json").read_text())
 CONVERTED = sorted({row[0] for row in BEFORE["scores"]})
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.json"))
 
 
 def no_nan(seed):
     return None if seed is None or (isinstance(seed, float) and math.isnan(seed)) else int(seed)
 
 
-def test_every_converted_experiment_has_its_file_and_record():
+def test_every_converted_experiment_has_its_file():
     assert len(CONVERTED) == 9
-    for name in CONVERTED:
-        assert (ROOT / "experiments" / f"{name}.json").exists(), name
+    assert set(CONVERTED) <= set(EXPERIMENTS)
+
+
+def test_every_experiment_file_has_its_record_and_every_record_its_file():
+    assert EXPERIMENTS == sorted(p.stem for p in RESULTS.glob("*.json"))
+    for name in EXPERIMENTS:
         record = read_record(name, RESULTS)
         spec = json.loads((ROOT / "experiments" / f"{name}.json").read_text())
-        assert record["question"] == spec["question"]
+        assert record["question"] == spec["question"], name
         assert {run["name"] for run in record["runs"]} == set(spec["runs"]), name
+
+
+def test_every_experiment_file_has_a_section_that_reads_its_record():
+    "A section of the page renders a record: one of its code cells reads it with read_record."
+    code = "\n".join("".join(cell["source"]) for cell in json.loads(PAGE.read_text())["cells"]
+                     if cell["cell_type"] == "code")
+    read = set(re.findall(r"""read_record\(\s*["']([\w-]+)["']""", code))
+    assert set(EXPERIMENTS) <= read, sorted(set(EXPERIMENTS) - read)
+    assert read <= set(EXPERIMENTS), sorted(read - set(EXPERIMENTS))
 
 
 @pytest.mark.parametrize("name", CONVERTED)
@@ -90,3 +108,93 @@ def test_the_spread_is_the_gap_the_old_records_gave():
     spreads = spread_between_runs(RESULTS)
     assert spreads["other seeds, one CPU"] == round(max(better.values()) - min(better.values()), 2)
     assert 0 <= spreads["same seed, two CPUs"] < spreads["other seeds, one CPU"]
+
+
+def test_the_single_epoch_spread_is_the_largest_gap_the_old_records_give():
+    # the same two measurements on single epochs, from the old records' histories: the seeds' widest epoch, and the
+    # 14-epoch run on one CPU against the same epochs of the longer run on the other
+    curves = {}
+    for key, values in BEFORE["history"]["seeds"].items():
+        run, seed, field = key.split("|")
+        if field == "val_bleu":
+            curves[int(seed)] = dict(values)
+    widest = max(max(c[e] for c in curves.values()) - min(c[e] for c in curves.values()) for e in curves[0])
+    one = dict(BEFORE["history"]["precision"]["fp32, 14 epochs, dropout 0.1|0|val_bleu"])
+    other = dict(BEFORE["history"]["training_length"]["dropout 0.1|0|val_bleu"])
+    spreads = single_epoch_spread(RESULTS)
+    assert spreads["other seeds, one CPU"] == round(widest, 2)
+    assert spreads["same seed, two CPUs"] == round(max(abs(v - other[e]) for e, v in one.items()), 2)
+
+
+def all_runs():
+    return [(name, run) for name in EXPERIMENTS for run in read_record(name, RESULTS)["runs"]]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_a_runs_table_says_where_each_run_stopped_and_why(name):
+    record = read_record(name, RESULTS)
+    table = runs_table(record)
+    seeds = "seed" in table.index.names
+    stopped = {(run["name"], run["seed"]) for run in record["runs"] if run.get("stopped_after_budget")}
+    assert ("ended" in table.columns) == bool(stopped)  # shown only where a budget stopped a run
+    for run in record["runs"]:
+        row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
+        epochs = [r["epoch"] for r in run["history"]]
+        assert row["epochs"] == epochs[-1], run["name"]  # the last epoch, not the number of epochs the record holds
+        if (run["name"], run["seed"]) in stopped:  # the converted records say which runs a budget stopped
+            assert row["ended"] == "on a budget" and epochs[-1] < run["settings"]["epochs"]
+        else:
+            assert epochs[-1] == run["settings"]["epochs"], run["name"]
+            assert "ended" not in table.columns or row["ended"] == "as planned"
+
+
+def test_the_budget_stopped_runs_are_the_ones_the_old_records_stopped():
+    stopped = {(name, run["name"]) for name, run in all_runs() if run.get("stopped_after_budget")}
+    assert stopped == {("ablation", "words, untied"), ("ablation", "subwords, untied"),
+                       ("norm_placement", "post-norm, warmup 800"), ("norm_placement", "pre-norm, warmup 1600")}
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_a_runs_table_names_the_epoch_of_each_number(name):
+    record = read_record(name, RESULTS)
+    at_epochs = [3, 8, 14]
+    table = runs_table(record, at_epochs=at_epochs)
+    seeds = "seed" in table.index.names
+    for run in record["runs"]:
+        row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
+        val_bleu = {r["epoch"]: r["val_bleu"] for r in run["history"]}
+        for epoch in at_epochs:
+            assert row[f"epoch {epoch}: val greedy"] == val_bleu.get(epoch, "–"), (run["name"], epoch)
+        best = run["candidates"].get("best epoch (validation BLEU)")
+        if best is None:
+            assert row["best at epoch"] == "–"
+        else:  # the best checkpoint's epoch: its BLEU is the candidate's, and no later epoch scores as high
+            epoch = row["best at epoch"]
+            assert val_bleu[epoch] == best["val"]["beam_1"]["bleu"], run["name"]
+            assert all(bleu < val_bleu[epoch] for e, bleu in val_bleu.items() if e > epoch)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_a_runs_table_shows_precision_and_machine_where_runs_differ(name):
+    record = read_record(name, RESULTS)
+    table = runs_table(record)
+    seeds = "seed" in table.index.names
+    precisions = {run["settings"]["precision"] for run in record["runs"]}
+    machines = {run.get("hardware", record["hardware"]) for run in record["runs"]}
+    assert ("precision" in table.columns) == (len(precisions) > 1)
+    assert ("machine" in table.columns) == (len(machines) > 1)
+    for run in record["runs"]:
+        row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
+        if "precision" in table.columns:
+            assert row["precision"] == run["settings"]["precision"]
+        if "machine" in table.columns:
+            assert row["machine"] == run.get("hardware", record["hardware"])
+
+
+def test_the_records_name_the_machines_the_page_compares():
+    # the two 14-epoch runs of different precision ran on different CPUs; the wider runs are bf16 beside an fp32 run
+    precision = {run["name"]: run for run in read_record("precision", RESULTS)["runs"]}
+    assert "Intel" in precision["fp32, 14 epochs, dropout 0.1"]["hardware"]
+    assert "AMD" in precision["bf16, 14 epochs, dropout 0.1"]["hardware"]
+    wider = read_record("wider", RESULTS)
+    assert [run["settings"]["precision"] for run in wider["runs"]] == ["fp32", "bf16", "bf16"]

@@ -32,8 +32,8 @@ candidate with the best greedy val BLEU is the run's choice (what a student lear
 choice, the only one scored on test2016. The record goes to --out (default results/experiments/<experiment>.json):
 the file's contents, and for every run its settings, its per-epoch history and its candidates' scores.
 
-    python tools/experiment.py experiments/label_smoothing.json            # train what is missing, then record
-    python tools/experiment.py experiments/label_smoothing.json --dry-run  # the runs and their changed settings
+    python tools/experiment.py experiments/rdrop.json            # train what is missing, then record
+    python tools/experiment.py experiments/rdrop.json --dry-run  # the runs and their changed settings
     python tools/experiment.py experiments/seeds.json --compare runs/multi30k  # a run of yours against the record
 
 --compare judges a finished run of the same settings (its seed and precision may differ) against the record: it
@@ -429,7 +429,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("file", type=Path, help="the experiment file, e.g. experiments/label_smoothing.json")
+    parser.add_argument("file", type=Path, help="the experiment file, e.g. experiments/rdrop.json")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/experiments"), help="where the runs train (default: runs/experiments)")
     parser.add_argument("--out", type=Path, default=None, help="the record (default: results/experiments/<experiment>.json)")
     parser.add_argument("--data-dir", default=None, help="Multi30k files on disk (default: the data folder, or a download)")
