@@ -1,0 +1,131 @@
+"""The paper's part as one script: the_annotated_transformer.py is what tools/paper_script.py makes of the notebooks,
+it stands alone (torch, fastcore and the standard library; never this package), and it runs top to bottom on a CPU."""
+import ast
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "the_annotated_transformer.py"
+# runs a script with every import of the package refused, so a script that leans on the package fails
+RUN_ALONE = """
+import importlib.abc, runpy, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "annotated_transformer":
+            raise ImportError("the script imports " + name)
+sys.meta_path.insert(0, Refuse())
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("paper_script", ROOT / "tools" / "paper_script.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = load_tool()
+
+
+def run_alone(script: Path, cwd: Path, timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RUN_ALONE, str(script)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def notebook(path: Path, *cells: tuple) -> Path:
+    "Write a notebook of (kind, source) or (kind, source, outputs) cells."
+    def cell(kind, source, outputs=()):
+        if kind == "markdown":
+            return {"cell_type": "markdown", "metadata": {}, "source": source}
+        return {"cell_type": "code", "metadata": {}, "execution_count": None, "source": source, "outputs": list(outputs)}
+    path.write_text(json.dumps({"cells": [cell(*c) for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def test_the_script_is_what_the_notebooks_give():
+    assert SCRIPT.read_text() == tool.render(), \
+        "the_annotated_transformer.py is not what the notebooks give: run python tools/paper_script.py"
+
+
+def test_the_script_holds_every_exported_name_of_the_notebooks_it_is_made_of():
+    "Each name that the package's part-1 modules export (their __all__) is defined in the script itself."
+    tree = ast.parse(SCRIPT.read_text())
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    for nb in tool.part_one():
+        module = next(m for c in json.loads(nb.read_text())["cells"]
+                      if (m := tool.directives("".join(c["source"])).get("default_exp")))
+        exported = importlib.import_module(f"annotated_transformer.{module}").__all__
+        assert set(exported) <= defined, (nb.name, sorted(set(exported) - defined))
+
+
+def test_the_script_imports_only_torch_fastcore_and_the_standard_library():
+    tops = set()
+    for node in ast.walk(ast.parse(SCRIPT.read_text())):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            tops.add(node.module.split(".")[0])
+    assert "torch" in tops
+    assert tops - {"torch", "fastcore"} - set(sys.stdlib_module_names) == set()
+
+
+def test_the_script_runs_top_to_bottom_on_a_cpu(tmp_path):
+    done = run_alone(SCRIPT, tmp_path, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_what_goes_in_and_what_stays_out(tmp_path):
+    "Two small notebooks: the script keeps prose, exports and examples, and runs without the package."
+    (tmp_path / "nbs").mkdir()
+    first = notebook(
+        tmp_path / "nbs" / "01_first.ipynb",
+        ("markdown", "# First\n\nA [link](02_second.ipynb) to a page."),
+        ("code", "#| hide\nraise SystemExit(3)  # Colab's install"),
+        ("code", "#| default_exp first"),
+        ("code", "#| export\ndef double(x):\n    return 2 * x"),
+        ("code", "#| slow\nraise SystemExit(4)"),
+        ("code", "%timeit double(1)"),
+        ("code", "assert double(2) == 4\ndouble(\n    21)", [{"output_type": "execute_result", "data": {}}]),
+        ("code", "double(1)  # shown by no output: not printed"),
+        ("markdown", "## Exercises\n\nWrite `double`."),
+        ("code", "def double(x):\n    raise NotImplementedError"),
+        ("markdown", "### Its solution"),
+        ("code", "def double(x):\n    return x + x"),
+    )
+    second = notebook(
+        tmp_path / "nbs" / "02_second.ipynb",
+        ("markdown", "# Second"),
+        ("code", "#| default_exp second"),
+        ("code", "#| export\nimport math\n\nfrom annotated_transformer.first import double\n\n"
+                 "def quadruple(x):\n    return double(double(x))"),
+        ("markdown", "A chart of it:"),
+        ("code", "from annotated_transformer.viz import chart\nc = chart(quadruple)"),
+        ("code", "c.save('chart.png')"),
+        ("markdown", "## Next"),
+        ("code", "from annotated_transformer.first import double\nprint(quadruple(1))"),
+    )
+    text = tool.render([first, second])
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    done = run_alone(script, tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "42\n4\n"  # the shown expression is printed, the exercise's blank and solution are left out
+    assert "# A [link](https://" in text and "02_second.html) to a page." in text
+    assert "# ## Next" in text and "Exercises" not in text and "NotImplementedError" not in text
+    assert "A chart of it" not in text and "chart" not in text.split("# %%", 1)[1]
+    assert "annotated_transformer." not in text.split("# %%", 1)[1]
+
+
+def test_an_exported_cell_that_needs_a_module_left_out_stops_the_generator(tmp_path):
+    nb = notebook(tmp_path / "01_charts.ipynb", ("code", "#| default_exp charts"),
+                  ("code", "#| export\nfrom annotated_transformer.viz import chart\n\ndef plot():\n    return chart()"))
+    with pytest.raises(tool.GenerationError, match="annotated_transformer.viz"):
+        tool.render([nb])
