@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command: the README, CI and every contributor run exactly this.
 # Fails when (a) nbdev-clean would change a notebook, (b) nbdev-export would change or add a
-# file in the package (or tools/make_readme.py would change README.md), (c) a notebook fails under nbdev-test, (d) the documentation site does not build without warnings,
+# file in the package (or tools/make_readme.py would change README.md, or tools/paper_script.py would change
+# the_annotated_transformer.py), (c) a notebook fails under nbdev-test, (d) the documentation site does not build without warnings,
 # (e) a pytest test fails (the site's browser test included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,16 +23,17 @@ print("Multi30k found in", ", ".join(sorted({str(p.parent) for p in found.values
 EOF
 
 echo "== 1/5 notebooks are clean (nbdev-clean)"
-before=$(git status --porcelain -- annotated_transformer nbs README.md)
+before=$(git status --porcelain -- annotated_transformer nbs README.md the_annotated_transformer.py)
 nbdev-clean
-echo "== 2/5 package and README are in sync with the notebooks (nbdev-export, tools/make_readme.py)"
+echo "== 2/5 package, README and script are in sync with the notebooks (nbdev-export, tools/make_readme.py, tools/paper_script.py)"
 nbdev-export
 python tools/make_readme.py
-after=$(git status --porcelain -- annotated_transformer nbs README.md)
+python tools/paper_script.py
+after=$(git status --porcelain -- annotated_transformer nbs README.md the_annotated_transformer.py)
 if [ "$before" != "$after" ]; then
-  echo "FAIL: nbdev-clean / nbdev-export / tools/make_readme.py changed or added files. Run them and commit the result:" >&2
+  echo "FAIL: nbdev-clean / nbdev-export / tools/make_readme.py / tools/paper_script.py changed or added files. Run them and commit the result:" >&2
   diff <(echo "$before") <(echo "$after") >&2 || true
-  git --no-pager diff --stat -- annotated_transformer nbs >&2 || true
+  git --no-pager diff --stat -- annotated_transformer nbs README.md the_annotated_transformer.py >&2 || true
   exit 1
 fi
 
