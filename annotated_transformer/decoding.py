@@ -223,7 +223,7 @@ def beam_search(model: EncoderDecoder | Decodable,  # one model, or an `Ensemble
                 max_extra: int = 50,  # output limit: input length + max_extra tokens (paper: 50)
                 start_symbol: int = BOS, end_symbol: int = EOS, banned: int | None = None,  # banned: never output (<unk>)
                 ) -> tuple[list[list[int]], torch.Tensor]:  # best output ids (no <s>, no </s>) and scores
-    "Batched beam search with a key/value cache and the GNMT length penalty."
+    "Batched beam search with a key/value cache and the length penalty of Wu et al. (2016)."
     B, K, device = src.size(0), beam_size, src.device
     limits = src_mask.reshape(B, -1).sum(-1).repeat_interleave(K) + max_extra  # (B*K,) max generated tokens
     model = stepwise(model)
@@ -309,6 +309,7 @@ def _sentence_list(sentences) -> list[str]:
             raise TypeError(f"sentence {i + 1} is {type(s).__name__}, expected a string (decode bytes first)")
     return sentences
 
+# %% ../nbs/22_decoding.ipynb #27874665
 def padded_batches(encoded: list[list[int]],  # id sequences, e.g. encoded sentences
                    batch_size: int,  # sequences per batch
                    ):  # yields (the sequences' indices in `encoded`, (batch, longest) ids padded with PAD)
@@ -321,6 +322,7 @@ def padded_batches(encoded: list[list[int]],  # id sequences, e.g. encoded sente
             src[row, :len(encoded[i])] = torch.tensor(encoded[i])
         yield idx, src
 
+# %% ../nbs/22_decoding.ipynb #dec285a3
 class Translator:
     "Model + vocabularies; translates raw source sentences to target text (never `<unk>` with subwords)."
     def __init__(self, model: EncoderDecoder,

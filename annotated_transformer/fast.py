@@ -216,8 +216,8 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
     @staticmethod
     def _forward_chunks(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size, mm_dtype):
         # x: (tokens, d_model); weight: (V, d_model); bias: (V,); target: (tokens,), padding rows weigh 0.
-        # Every update below is out of place: under torch.compile, PyTorch 2.11 lost in-place updates made in
-        # here and every gradient came out zero (06's compiled-step test caught it on that version).
+        # Every update below is out of place: under torch.compile, PyTorch 2.11 loses in-place updates made in
+        # here, and every gradient comes out zero (the compiled-step test below checks the gradients).
         V = weight.size(0)
         const = _xlogx(confidence) + (V - 2) * _xlogx(smoothing_each)  # sum_j t log t per row
         w, b = weight.to(mm_dtype), bias.to(mm_dtype)  # (V, d_model), (V,)
@@ -251,6 +251,7 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         grad_x, grad_w, grad_b = ctx.saved_tensors
         return grad_x * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None, None
 
+# %% ../nbs/10_fast.ipynb #00d84bd4
 def fused_label_smoothing_loss(
     x: torch.Tensor,  # (tokens, d_model) decoder states
     generator: nn.Module,  # a `Generator` (its `proj` linear layer is used)
@@ -275,6 +276,7 @@ class FusedGenerator(Generator):
              ) -> torch.Tensor:  # scalar: criterion(self(x), target)
         return fused_label_smoothing_loss(x, self, target, criterion)
 
+# %% ../nbs/10_fast.ipynb #a2a3f127
 class FastLossCompute(SimpleLossCompute):
     "`SimpleLossCompute` with the generator's fused loss when it has one."
     def __call__(self,
