@@ -60,27 +60,6 @@ def test_extras_declared_in_pyproject():
             assert package in names, f"[{extra}] in pyproject.toml does not list {package}"
 
 
-# The chapters in reading order and the module each exports: a module may import only modules of earlier chapters.
-def chapter_modules():
-    order = []
-    for nb in sorted((ROOT / "nbs").glob("[0-9]*.ipynb")):
-        m = re.search(r"#\| default_exp (\w+)", "\n".join(code_cells(nb)))
-        if m:
-            order.append(m[1])
-    return order
-
-
-def test_modules_import_only_earlier_chapters():
-    import ast
-    order = chapter_modules()
-    assert order[:6] == ["attention", "layers", "model", "batches", "training", "fast"], order
-    for i, name in enumerate(order):
-        tree = ast.parse((ROOT / "annotated_transformer" / f"{name}.py").read_text())
-        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
-        later = imported - set(order[:i])
-        assert not later, f"{name} imports {sorted(later)}, which come after it in the chapter order"
-
-
 # The paper's chapters (01-05) show one plain path each; everything else reaches the model from later chapters.
 TEACHING = ("attention", "layers", "model", "batches", "training")
 PLAIN_IMPORTS = {"torch", "copy", "math", "json", "dataclasses"}  # torch and the standard library's basics
