@@ -483,6 +483,8 @@ def _save_epoch(run: _Run, epoch: int, state: TrainState, record: dict, best: fl
         f.write(json.dumps(record) + "\n")
     return best
 
+
+# %% ../nbs/24_train.ipynb #63118ff1
 def _epoch(run: _Run, epoch: int, state: TrainState,
            done_before: int,  # batches of this epoch trained before a stop
            best: float,  # the best validation score so far
