@@ -6,12 +6,13 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 
 # %% auto #0
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'MANIFEST_FILE', 'SCALE_SUFFIX',
-           'VOCABULARY_FILES', 'NOT_FINITE', 'OWNER_FILE', 'MANIFEST_LIMIT', 'FLOAT_DTYPES', 'weights_to_save',
-           'sha256_of', 'read_json', 'check_path', 'resolved', 'make_folder', 'check_finite', 'vocabulary_fingerprint',
-           'owning', 'check_writable', 'check_destination', 'writing_folder', 'check_manifest', 'pid_alive',
-           'remove_dead_writers', 'recover_folder', 'recover_folders', 'savable_weights', 'save_model', 'int8_rows',
-           'dequantized', 'check_weights_match', 'read_config', 'trusted_manifest', 'model_config',
-           'check_stored_weights', 'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint']
+           'VOCABULARY_FILES', 'OWNER_FILE', 'MANIFEST_LIMIT', 'NOT_FINITE', 'FLOAT_DTYPES', 'RUN_CHECKPOINTS',
+           'weights_to_save', 'sha256_of', 'read_json', 'check_path', 'resolved', 'make_folder',
+           'vocabulary_fingerprint', 'writing_folder', 'owning', 'check_writable', 'check_destination',
+           'check_manifest', 'pid_alive', 'remove_dead_writers', 'recover_folder', 'recover_folders', 'check_finite',
+           'savable_weights', 'save_model', 'int8_rows', 'dequantized', 'trusted_manifest', 'read_config',
+           'model_config', 'check_stored_weights', 'check_weights_match', 'load_weights', 'load_model',
+           'save_checkpoint', 'load_checkpoint', 'RunLockedError', 'run_lock']
 
 # %% ../nbs/13_checkpoint.ipynb #0c5e3719
 import errno
@@ -92,6 +93,8 @@ def read_json(path: str | Path) -> object:
     except RecursionError:  # thousands of nested brackets: no file this package writes looks like that
         raise ValueError(f"{path} is not valid JSON for this package: it is nested too deeply") from None
 
+
+# %% ../nbs/13_checkpoint.ipynb #b00a10ca
 def check_path(path, what: str = "path") -> Path:
     "`path` as a `Path`, after refusing what names no file: a value that is not a str or Path, or an empty string."
     if not isinstance(path, (str, os.PathLike)):
@@ -115,18 +118,7 @@ def make_folder(path: Path) -> None:
         resolved(path)  # a loop raises ELOOP here
         raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(path)) from None
 
-NOT_FINITE = "weights that are not finite numbers cannot translate (a diverged run, or a damaged file)"
-
-def check_finite(tensors: dict[str, torch.Tensor],  # name -> tensor
-                 source: str,  # where the tensors are, for the message: a file, or "FOLDER: not saved"
-                 why: str = NOT_FINITE,  # the end of the message
-                 ) -> None:
-    "Raise a `ValueError` naming the first floating-point tensor that holds NaN or an infinity."
-    for name, t in tensors.items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            kind = "NaN (not a number)" if bool(torch.isnan(t).any()) else "infinite values"
-            raise ValueError(f"{source}: tensor {name} holds {kind}; {why}")
-
+# %% ../nbs/13_checkpoint.ipynb #4b1897d3
 def vocabulary_fingerprint(folder: str | Path) -> str | None:
     "SHA-256 over the vocabulary files of checkpoint `folder` (None without any): equal only for the same vocabularies."
     found = [(name, sha256_of(Path(folder) / name)) for name in VOCABULARY_FILES if (Path(folder) / name).is_file()]
@@ -142,6 +134,49 @@ def _seal(folder: Path, step: int | None) -> None:
         p.chmod(0o644)
     folder.chmod(0o755)  # tempfile.mkdtemp made it private (0700)
 
+@contextmanager
+def _folder_lock(folder: Path):
+    "Hold an exclusive lock on `folder` (the parent of the checkpoints being swapped) while the block runs."
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+@contextmanager
+def writing_folder(path: str | Path,  # the checkpoint folder to (re)place
+                   step: int | None = None,  # optimizer step recorded in the manifest
+                   ):
+    "Yield an empty temporary folder beside `path`; on success, seal it and swap it into place as a whole."
+    path = resolved(check_path(path, "a checkpoint folder"))
+    if path.parent.is_dir():
+        with _folder_lock(path.parent):  # not while another writer is between its two renames below
+            check_writable(path)
+            remove_dead_writers(path)
+    else:
+        check_writable(path)  # nothing to swap yet, and a refused save creates no folder
+    make_folder(path.parent)
+    # one per writer, named after it (.NAME.PID-HOST-RANDOM.tmp): the next writer removes it if this one is killed
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_writer_tag()}-", suffix=".tmp", dir=path.parent))
+    old = tmp.with_suffix(".old")
+    try:
+        yield tmp
+        _seal(tmp, step)
+        with _folder_lock(path.parent):  # two writers of one folder swap one after the other
+            check_writable(path)  # again: the folder may have changed while this save was written
+            if path.is_dir() and any(path.iterdir()) and _kind(path) != _kind(tmp):
+                raise ValueError(f"{path} holds {_kind(path)}; this save is {_kind(tmp)} and would replace it: "
+                                 "choose another folder")
+            if path.exists():
+                os.replace(path, old)  # a crash right here leaves the new and the old folder complete: `recover_folder`
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+# %% ../nbs/13_checkpoint.ipynb #062474b6
 OWNER_FILE = ".owner.json"  # in a folder some of whose checkpoints one writer alone writes (a training run's folder)
 _OWNED_HERE = set()  # the folders this process owns now (a file's pid could be a dead owner's, reused by another process)
 
@@ -186,6 +221,7 @@ def _owner_of(path: Path) -> Path | None:
             return folder
     return None
 
+# %% ../nbs/13_checkpoint.ipynb #8594895d
 def _has_vocabularies(folder: Path) -> bool: return any((folder / n).is_file() for n in VOCABULARY_FILES)
 
 _KINDS = {True: "a translation checkpoint (with vocabularies)", False: "a checkpoint without vocabularies (e.g. the copy task)"}
@@ -231,48 +267,7 @@ def check_destination(path: str | Path,
         raise OSError(e.errno, f"{e.strerror}: cannot write there", str(existing)) from None
     return path
 
-@contextmanager
-def _folder_lock(folder: Path):
-    "Hold an exclusive lock on `folder` (the parent of the checkpoints being swapped) while the block runs."
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-@contextmanager
-def writing_folder(path: str | Path,  # the checkpoint folder to (re)place
-                   step: int | None = None,  # optimizer step recorded in the manifest
-                   ):
-    "Yield an empty temporary folder beside `path`; on success, seal it and swap it into place as a whole."
-    path = resolved(check_path(path, "a checkpoint folder"))
-    if path.parent.is_dir():
-        with _folder_lock(path.parent):  # not while another writer is between its two renames below
-            check_writable(path)
-            remove_dead_writers(path)
-    else:
-        check_writable(path)  # nothing to swap yet, and a refused save creates no folder
-    make_folder(path.parent)
-    # one per writer, named after it (.NAME.PID-HOST-RANDOM.tmp): the next writer removes it if this one is killed
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_writer_tag()}-", suffix=".tmp", dir=path.parent))
-    old = tmp.with_suffix(".old")
-    try:
-        yield tmp
-        _seal(tmp, step)
-        with _folder_lock(path.parent):  # two writers of one folder swap one after the other
-            check_writable(path)  # again: the folder may have changed while this save was written
-            if path.is_dir() and any(path.iterdir()) and _kind(path) != _kind(tmp):
-                raise ValueError(f"{path} holds {_kind(path)}; this save is {_kind(tmp)} and would replace it: "
-                                 "choose another folder")
-            if path.exists():
-                os.replace(path, old)  # a crash right here leaves the new and the old folder complete: `recover_folder`
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
+# %% ../nbs/13_checkpoint.ipynb #abb08768
 def check_manifest(path: str | Path) -> dict | None:
     "The manifest of checkpoint folder `path` after checking every file against it (None: a folder without one)."
     path = Path(path)
@@ -314,6 +309,7 @@ def _listed_file(folder: Path, name) -> Path:
                          "holds its own files")
     return f
 
+# %% ../nbs/13_checkpoint.ipynb #c17656f5
 def _asides(path: Path) -> list[Path]:
     "The temporary folders of interrupted saves of `path`, newest first (.NAME.XXXX.tmp, then .NAME.XXXX.old)."
     found = [Path(p) for ext in ("tmp", "old") for p in glob.glob(glob.escape(str(path.parent / f".{path.name}.")) + f"*.{ext}")]
@@ -340,6 +336,17 @@ def pid_alive(pid: int) -> bool:
         return True
     return True
 
+def _writer_of(aside: Path, path: Path) -> tuple[str, str] | None:
+    "(process id, machine) of the writer that made `aside`, from its name .NAME.PID-HOST-RANDOM.tmp (or .old)."
+    writer = re.fullmatch(r"(\d+)-([0-9a-f]{8})-\w+", aside.name[len(path.name) + 2:-4])
+    return (writer[1], writer[2]) if writer else None
+
+def _writing_now(aside: Path, path: Path) -> bool:
+    "Whether a running process of this machine wrote `aside` and may still be writing it (another thread, say)."
+    writer = _writer_of(aside, path)
+    return bool(writer) and writer[1] == _writer_tag().split("-")[1] and pid_alive(int(writer[0]))
+
+# %% ../nbs/13_checkpoint.ipynb #3982a39c
 def remove_dead_writers(path: str | Path) -> list[Path]:
     """Put back a folder that a crash between the two renames left aside (`recover_folder`), then remove the temporary
     folders of `path` whose writer died on this machine (killed, say): their process id names no running process."""
@@ -353,16 +360,6 @@ def remove_dead_writers(path: str | Path) -> list[Path]:
             shutil.rmtree(p, ignore_errors=True)  # another machine's writers (a shared disk) are left alone
             removed.append(p)
     return removed
-
-def _writer_of(aside: Path, path: Path) -> tuple[str, str] | None:
-    "(process id, machine) of the writer that made `aside`, from its name .NAME.PID-HOST-RANDOM.tmp (or .old)."
-    writer = re.fullmatch(r"(\d+)-([0-9a-f]{8})-\w+", aside.name[len(path.name) + 2:-4])
-    return (writer[1], writer[2]) if writer else None
-
-def _writing_now(aside: Path, path: Path) -> bool:
-    "Whether a running process of this machine wrote `aside` and may still be writing it (another thread, say)."
-    writer = _writer_of(aside, path)
-    return bool(writer) and writer[1] == _writer_tag().split("-")[1] and pid_alive(int(writer[0]))
 
 def recover_folder(path: str | Path) -> str | None:
     "If a crash interrupted `writing_folder` between its two renames, put the complete copy back; say what was done."
@@ -385,8 +382,19 @@ def recover_folders(folder: str | Path) -> list[str]:
     names = {p.name[1:].rsplit(".", 2)[0] for ext in ("tmp", "old") for p in Path(folder).glob(f".*.*.{ext}")}
     return [m for m in (recover_folder(Path(folder) / n) for n in sorted(names)) if m]
 
-
 # %% ../nbs/13_checkpoint.ipynb #45390b69
+NOT_FINITE = "weights that are not finite numbers cannot translate (a diverged run, or a damaged file)"
+
+def check_finite(tensors: dict[str, torch.Tensor],  # name -> tensor
+                 source: str,  # where the tensors are, for the message: a file, or "FOLDER: not saved"
+                 why: str = NOT_FINITE,  # the end of the message
+                 ) -> None:
+    "Raise a `ValueError` naming the first floating-point tensor that holds NaN or an infinity."
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            kind = "NaN (not a number)" if bool(torch.isnan(t).any()) else "infinite values"
+            raise ValueError(f"{source}: tensor {name} holds {kind}; {why}")
+
 def savable_weights(model: EncoderDecoder, path: Path, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     "`weights_to_save`, refused with the tensor's name if the model holds NaN or infinities, or `dtype` cannot hold it."
     check_finite(model.state_dict(), f"{path}: not saved")  # e.g. a model saved after a diverged update
@@ -434,35 +442,7 @@ def dequantized(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-# %% ../nbs/13_checkpoint.ipynb #1ef2a351
-def check_weights_match(model: nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
-    "Raise a `ValueError` naming every missing, unexpected or differently shaped tensor."
-    expected = model.state_dict()
-    stored = {n: t for n, t in expected.items() if not _recomputable(n)}
-    aliases = {n for n in stored if n not in tensors and any(
-        stored[n].data_ptr() == expected[m].data_ptr() for m in tensors if m in expected)}
-    problems = [f"  {n}: {source} has {tuple(tensors[n].shape)}, model expects {tuple(t.shape)}"
-                for n, t in stored.items() if n in tensors and tensors[n].shape != t.shape]
-    problems += [f"  {n}: missing from {source}" for n in stored if n not in tensors and n not in aliases]
-    problems += [f"  {n}: in {source} but not in the model" for n in tensors if n not in stored]
-    if problems:
-        raise ValueError(f"{source} does not fit this model ({len(problems)} problems):\n" + "\n".join(problems))
-
-def read_config(path: str | Path) -> dict:
-    "The parsed `config.json` of checkpoint folder `path`, with a clear error if it is absent or corrupt."
-    f = Path(path) / CONFIG_FILE
-    if not f.is_file():
-        raise FileNotFoundError(f"no {CONFIG_FILE} in {path}: expected a checkpoint folder written by save_model")
-    if f.stat().st_size > MANIFEST_LIMIT:
-        raise ValueError(f"{f} has {f.stat().st_size:,} bytes; a config.json written by save_model has a few hundred")
-    try:
-        config = read_json(f)
-    except ValueError as e:
-        raise ValueError(f"{e}; the checkpoint is corrupt") from None
-    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
-        raise ValueError(f"{f} has no \"model\" settings; expected a config.json written by save_model")
-    return config
-
+# %% ../nbs/13_checkpoint.ipynb #66b3f420
 def trusted_manifest(path: str | Path,  # checkpoint folder
                      trust: bool = False,  # accept a folder without manifest.json (files not checked)
                      ) -> dict | None:
@@ -477,6 +457,22 @@ def trusted_manifest(path: str | Path,  # checkpoint folder
         raise ValueError(f"{path} has no {MANIFEST_FILE}, so nothing shows that its files are the ones saved together; "
                          "pass trust=True (--trust) to load it anyway if you know where it comes from")
     return manifest
+
+# %% ../nbs/13_checkpoint.ipynb #a5e5b97f
+def read_config(path: str | Path) -> dict:
+    "The parsed `config.json` of checkpoint folder `path`, with a clear error if it is absent or corrupt."
+    f = Path(path) / CONFIG_FILE
+    if not f.is_file():
+        raise FileNotFoundError(f"no {CONFIG_FILE} in {path}: expected a checkpoint folder written by save_model")
+    if f.stat().st_size > MANIFEST_LIMIT:
+        raise ValueError(f"{f} has {f.stat().st_size:,} bytes; a config.json written by save_model has a few hundred")
+    try:
+        config = read_json(f)
+    except ValueError as e:
+        raise ValueError(f"{e}; the checkpoint is corrupt") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+        raise ValueError(f"{f} has no \"model\" settings; expected a config.json written by save_model")
+    return config
 
 def _field_ok(value, annotation) -> bool:
     "Does a JSON value have the type of a ModelConfig field (int, float, bool, or bool | None)?"
@@ -501,6 +497,7 @@ def model_config(path: str | Path) -> ModelConfig:
             raise ValueError(f"{f}: model.{field.name} is {value}, {why}")
     return ModelConfig.from_dict(settings)
 
+# %% ../nbs/13_checkpoint.ipynb #1ac539bd
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # what weights may be stored in (and int8 matrices with their scales)
 
 def _stored_tensors(f: Path) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -537,6 +534,20 @@ def check_stored_weights(cfg: ModelConfig, path: str | Path) -> None:
         check_weights_match(build_model(cfg), {n: torch.empty(shape, device="meta") for n, (shape, _) in stored.items()},
                             source=str(f))
 
+def check_weights_match(model: nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    "Raise a `ValueError` naming every missing, unexpected or differently shaped tensor."
+    expected = model.state_dict()
+    stored = {n: t for n, t in expected.items() if not _recomputable(n)}
+    aliases = {n for n in stored if n not in tensors and any(
+        stored[n].data_ptr() == expected[m].data_ptr() for m in tensors if m in expected)}
+    problems = [f"  {n}: {source} has {tuple(tensors[n].shape)}, model expects {tuple(t.shape)}"
+                for n, t in stored.items() if n in tensors and tensors[n].shape != t.shape]
+    problems += [f"  {n}: missing from {source}" for n in stored if n not in tensors and n not in aliases]
+    problems += [f"  {n}: in {source} but not in the model" for n in tensors if n not in stored]
+    if problems:
+        raise ValueError(f"{source} does not fit this model ({len(problems)} problems):\n" + "\n".join(problems))
+
+# %% ../nbs/13_checkpoint.ipynb #4ff352c5
 def load_weights(model: nn.Module, path: str | Path,
                  trust: bool = False,  # accept a folder without manifest.json
                  ) -> nn.Module:
@@ -661,3 +672,45 @@ def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_chec
     if restore_rng:
         _rng_from_files(tensors, data["python_rng"])
     return TrainState(**data["train_state"]), data["extra"]
+
+# %% ../nbs/13_checkpoint.ipynb #0acaad45
+class RunLockedError(RuntimeError):
+    "Another training run holds the lock of the run folder."
+
+RUN_CHECKPOINTS = r"last|best|epoch_\d+"  # the checkpoint folders a run writes into its folder, and no one else does
+
+@contextmanager
+def run_lock(out: Path,  # the run folder
+             enabled: bool = True,  # False: do nothing (the other processes of a DDP run)
+             ):
+    """Hold an exclusive lock on the run folder while the block runs (released by the OS if the process dies), and
+    claim the folder and its checkpoints for this run (`owning`: the claim stays when the run ends)."""
+    if not enabled:
+        yield
+        return
+    created = not out.exists()  # a run refused in a folder it made takes the folder away again
+    make_folder(out)  # a symbolic-link loop or a file in the way is named as such
+    with open(out / ".lock", "a+") as f:
+        f.seek(0)
+        previous = f.read().strip()
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLockedError(f"{out} is in use by another training run (pid {previous or 'unknown'}); wait for it "
+                                 "to finish or choose another --out-dir") from None
+        if previous.isdigit() and int(previous) != os.getpid() and not pid_alive(int(previous)):
+            print(f"taking over the lock of {out} from pid {previous}, which is no longer running")
+        f.seek(0); f.truncate(); f.write(str(os.getpid())); f.flush()
+        try:
+            with owning(out, RUN_CHECKPOINTS, "the training run"):  # no other process saves into the run's folders
+                yield
+        finally:
+            f.seek(0); f.truncate(); f.flush()
+            if created and set(os.listdir(out)) == {".lock", OWNER_FILE}:  # nothing else was written: the run was refused
+                (out / OWNER_FILE).unlink()
+                (out / ".lock").unlink()  # still locked: a run that opened it meanwhile is turned away, not orphaned
+                try:
+                    out.rmdir()
+                except OSError:  # another run has just created the folder again: it is that run's now
+                    pass
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -6,11 +6,11 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/cli.html.md"
 
 # %% auto #0
 __all__ = ['CHECKS', 'BLANK_RUN', 'SUBCOMMANDS', 'COMPUTING', 'MAX_THREADS', 'ENVIRONMENT', 'interrupted_while_starting',
-           'at_least', 'number_in', 'one_of', 'device_name', 'folder', 'new_path', 'file_path', 'language',
-           'checkpoint_folder', 'in_limits', 'field_comments', 'dataclass_arguments', 'config_from_args',
+           'InputError', 'at_least', 'number_in', 'one_of', 'device_name', 'folder', 'new_path', 'file_path',
+           'language', 'checkpoint_folder', 'in_limits', 'field_comments', 'dataclass_arguments', 'config_from_args',
            'add_copy_task_arguments', 'copy_task_main', 'add_train_arguments', 'train_main', 'add_translate_arguments',
-           'InputError', 'translation_batches', 'translate_main', 'add_evaluate_arguments', 'evaluate_main',
-           'add_average_arguments', 'average_main', 'build_parser', 'main']
+           'translation_batches', 'translate_main', 'add_evaluate_arguments', 'evaluate_main', 'add_average_arguments',
+           'average_main', 'build_parser', 'main']
 
 # %% ../nbs/30_cli.ipynb #6b0fbcf3
 # First, before PyTorch loads (seconds): the command's answer to Ctrl-C while it is still starting
@@ -51,10 +51,14 @@ from .decoding import MAX_ALPHA, MAX_BEAM, Translator, blank, shipped_model_dir
 from .evaluation import AVERAGE_DTYPES, average_checkpoints, evaluate_translator, last_checkpoints, test_set
 from .devices import PRECISIONS, default_device, resolve_precision
 from .model import LIMITS, PRESETS, ModelConfig
-from .train import TrainConfig, TrainingStopped, distributed_environment, train
+from .distributed import distributed_environment
+from .train import TrainConfig, TrainingStopped, train
 from .training import greedy_decode
 
 # %% ../nbs/30_cli.ipynb #48ed8697
+class InputError(ValueError):
+    "A line of the user's input that cannot be translated (exit status 2)."
+
 def at_least(low: int,  # the smallest value accepted
              high: int | None = None,  # the largest (None: no bound)
              ):
@@ -92,6 +96,8 @@ def one_of(names):
         return text
     return parse
 
+
+# %% ../nbs/30_cli.ipynb #7ec87e85
 _DEVICE_HELP = "cpu, cuda, cuda:N or mps (default: the best available)"
 
 def device_name(text: str) -> str:
@@ -149,6 +155,7 @@ def checkpoint_folder(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text}: not a checkpoint folder ({', '.join(missing)} missing)")
     return text
 
+# %% ../nbs/30_cli.ipynb #4902029e
 def in_limits(name: str):
     "Parser of the `ModelConfig` setting `name`, in its range in `LIMITS`: a whole number, or a finite one for a float."
     limit, kind = LIMITS[name], {f.name: str(f.type) for f in fields(ModelConfig)}[name]
@@ -290,8 +297,9 @@ def train_main(args: argparse.Namespace) -> int:
         dist.destroy_process_group()
     return 0
 
-# %% ../nbs/30_cli.ipynb #4cf8e90d
+# %% ../nbs/30_cli.ipynb #b04ad0cc
 _CHECKPOINT_HELP = "checkpoint folder (model.safetensors, config.json, vocabularies) (default: the model shipped with the package)"
+
 _TRUST_HELP = "load checkpoints that have no manifest.json, whose files cannot be checked (default: refuse them)"
 
 def _decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -312,9 +320,7 @@ def add_translate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sentences decoded together; the output grows one batch at a time (default: 64)")
     _decoding_arguments(parser)
 
-class InputError(ValueError):
-    "A line of the user's input that cannot be translated (exit status 2)."
-
+# %% ../nbs/30_cli.ipynb #4cf8e90d
 BLANK_RUN = 4096  # blank lines cost no decoding: a batch holds up to this many lines, blank ones included
 
 def _lines(raw_lines, where: str):
@@ -358,6 +364,8 @@ def _check_lengths(translator: Translator, path: str) -> None:
                 raise InputError(f"{path} line {first + todo[i]}: {n} tokens, more than this model takes "
                                  f"({translator.model.config.max_len - 50}); nothing was translated")
 
+
+# %% ../nbs/30_cli.ipynb #5531d59c
 def _check_output(path: str,  # what --output (or --json) names
                   option: str = "--output",
                   reads: str | None = None,  # the file the command reads (--input), which it must not replace
@@ -381,6 +389,7 @@ def _check_output(path: str,  # what --output (or --json) names
             raise InputError(f"{option} {out} is the file being translated: choose another file")
     return out
 
+# %% ../nbs/30_cli.ipynb #1e2a406d
 def translation_batches(translator: Translator,
                         lines,  # source sentences, one per output line (any iterable: read as it is consumed)
                         where: str = "line",  # how an error names a line: 'stdin', a file name, 'argument'
@@ -420,6 +429,7 @@ def _write(batches, out, bar, where_written: str) -> int:
         raise type(e)(f"{e}; {kept}" if str(e) else kept) from None
     return written
 
+# %% ../nbs/30_cli.ipynb #a972ee17
 def _translator(args: argparse.Namespace) -> Translator:
     "What `translate` and `evaluate` decode with: the folder --checkpoint names, else the shipped model."
     return Translator.from_checkpoint(shipped_model_dir() if args.checkpoint is None else args.checkpoint, args.device, args.trust)
@@ -467,6 +477,7 @@ def translate_main(args: argparse.Namespace) -> int:
             source.close()
     return 0
 
+# %% ../nbs/30_cli.ipynb #84f03a7f
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     _decoding_arguments(parser)
     parser.add_argument("--src", type=file_path, default=None, help="your test set's source sentences, one a line, plain or .gz (default: none; goes with --ref)")
@@ -512,6 +523,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     print(f"BLEU of {res['tokenized_bleu_is']} = {res['tokenized_bleu']:.2f}")
     return 0
 
+# %% ../nbs/30_cli.ipynb #a2becca5
 def add_average_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=new_path, required=True,
                         help="folder for the averaged checkpoint; not an input, not a run's own folder (required)")
@@ -543,6 +555,7 @@ SUBCOMMANDS = {
                  add_evaluate_arguments, evaluate_main),
     "average": ("average the weights of several checkpoints (section 6.1)", add_average_arguments, average_main),
 }
+
 COMPUTING = ("copy-task", "train", "translate", "evaluate")  # the subcommands that train or decode: they take --threads
 
 MAX_THREADS = 4 * (os.cpu_count() or 1)  # more threads than cores only slow torch down; tens of thousands crash it
@@ -578,6 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "torch.get_num_threads() gives on this machine; 1 is faster on a busy machine)")
     return parser
 
+
+# %% ../nbs/30_cli.ipynb #caa003e9
 ENVIRONMENT = {"ANNOTATED_TRANSFORMER_DEVICE": device_name}  # the environment variables read, checked like options
 
 def _check_environment() -> None:
@@ -608,6 +623,7 @@ def _check_stdout(command: str) -> None:
                          "/dev/null instead")
     sys.stdout = open(os.devnull, "w")
 
+# %% ../nbs/30_cli.ipynb #30d7afe1
 # errors of the operating system about a path the user gave: bad input, not a fault
 _PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
                 errno.ELOOP, errno.EROFS, errno.EEXIST, errno.ENOTEMPTY}

@@ -19,7 +19,18 @@ from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables
 README = (ROOT / "README.md").read_text()
 # the site pages the README sends readers to for commands; their examples are tested like the README's own
 PAGES = ["28_usage", "16_distributed", "15_gpu", "17_benchmarks", "33_contributing"]
-EXAMPLES = README + "\n".join((ROOT / "docs" / f"{page}.md").read_text() for page in PAGES)
+PAGE_FILES = [ROOT / "docs" / f"{page}.md" if (ROOT / "docs" / f"{page}.md").exists() else ROOT / "nbs" / f"{page}.ipynb"
+              for page in PAGES]  # a page of docs/, or a notebook
+
+
+def page_text(path: Path) -> str:
+    "A Markdown page, or the Markdown cells of a notebook."
+    if path.suffix == ".ipynb":
+        return "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+    return path.read_text()
+
+
+EXAMPLES = README + "\n".join(page_text(path) for path in PAGE_FILES)
 # examples not run here, and why; every other `annotated-transformer` line of a ```sh block is run
 SKIP = {
     "annotated-transformer train --out-dir": "trains for an hour",
@@ -30,7 +41,7 @@ SKIP = {
     "--src test.de": "needs a test set of the reader's (tests/test_own_pair.py evaluates files)",
 }
 # text a reader sees in these files speaks about the project, not about how it was made
-USER_TEXT = [ROOT / "README.md", *(ROOT / "docs" / f"{page}.md" for page in PAGES),
+USER_TEXT = [ROOT / "README.md", *PAGE_FILES,
              *(ROOT / "nbs" / f"{nb}.ipynb" for nb in ("index", "14_copy_task", "20_data", "21_subwords", "23_evaluation",
                                                        "26_pretrained", "31_experiments", "30_cli"))]
 HISTORY = re.compile(r"old model|old recipe|previous (shipped )?model|goal set|no GPU was|was lent|this session|"
