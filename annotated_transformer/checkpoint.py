@@ -1,4 +1,4 @@
-"""Saving and loading models and training runs without pickle: weights in safetensors, configuration and counters in JSON, exact resume.
+"""Saving and loading models and runs without pickle, and resuming exactly.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.html.md"""
 

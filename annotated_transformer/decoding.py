@@ -1,4 +1,4 @@
-"""Greedy decoding with a key/value cache, beam search with the paper's length penalty, and `Translator`: German text in, English text out.
+"""Greedy decoding with a cache, beam search, and `Translator`: German text in, English text out.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.html.md"""
 

@@ -1,4 +1,4 @@
-"""sacreBLEU on detokenized output with its signature, the BLEU of a checkpoint on a Multi30k split, and the checkpoint averaging of section 6.1.
+"""sacreBLEU with its signature, a checkpoint's BLEU on a Multi30k split, and checkpoint averaging (section 6.1).
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/evaluation.html.md"""
 

@@ -1,4 +1,4 @@
-"""Questions a reader of the paper asks, answered on Multi30k: how sure a difference is, what each choice is worth, where the norm goes, how wide and how long, the length penalty, bf16, R-Drop, distillation and ensembles.
+"""What each choice of the recipe is worth on Multi30k, and how sure each difference is.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/experiments.html.md"""
 

@@ -1,4 +1,4 @@
-"""Faster attention, feed-forward, LayerNorm, dropout and loss, each tested equal to the plain path, and `speed_up`, which switches a model to them.
+"""Faster attention, feed-forward, LayerNorm, dropout and loss, each tested equal to the plain path.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/fast.html.md"""
 

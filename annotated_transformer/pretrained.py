@@ -1,4 +1,4 @@
-"""The model that ships with the package: its results, training curves, translations, the attention of a trained model, and `load_trained_model()`.
+"""The model that ships: its results, curves, translations, attention, and `load_trained_model()`.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.html.md"""
 

@@ -1,4 +1,4 @@
-"""The recipe the shipped model was trained with, and the code that makes it: `RECIPE`, a run's candidates chosen on val, the folder a shipped model is, and the pipeline that trains four teachers and distills their student.
+"""The recipe, and the code that trains four runs of it and distills them into the shipped student.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/recipe.html.md"""
 

@@ -1,4 +1,4 @@
-"""Train German-to-English on Multi30k, or your own language pair, with one function: on one CPU, one GPU or many machines.
+"""Train a translation model with one function, on one CPU, one GPU or many machines.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/train.html.md"""
 
