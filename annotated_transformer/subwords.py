@@ -11,8 +11,8 @@ __all__ = ['TOKENIZER_FILE', 'WORD_VOCAB_FILES', 'SubwordVocab', 'readable_piece
 # %% ../nbs/21_subwords.ipynb #0f36b951
 from pathlib import Path
 
-from .data import (BOS, EOS, SPECIALS, UNK, Tokenizer, Vocab, detokenize, kept_ids,
-                                        load_multi30k, load_parallel)
+from .data import (BOS, EOS, SPECIALS, UNK, Tokenizer, Vocab, check_language, detokenize,
+                                        kept_ids, load_multi30k, load_parallel)
 
 # %% ../nbs/21_subwords.ipynb #ba9a8c3b
 class SubwordVocab:
@@ -146,7 +146,7 @@ class TranslationData:
                  corpus_dir: str | Path | None = None,  # your own corpus (see `load_parallel`) instead of Multi30k
                  subwords: int = 0):  # tokens of one shared BPE vocabulary; 0: a word vocabulary per language
         self.data_dir, self.progress, self.corpus_dir = data_dir, progress, corpus_dir
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.src_lang, self.tgt_lang = check_language(src_lang, "src_lang"), check_language(tgt_lang, "tgt_lang")  # first
         self._raw, self._tokens = {}, {}
         if (src_vocab is None) != (tgt_vocab is None):
             raise ValueError("give both vocabularies (one SubwordVocab twice when shared) or neither, not one")

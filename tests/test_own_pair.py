@@ -2,11 +2,12 @@
 for a few steps, and the checkpoint it wrote is evaluated (--corpus-dir, --src/--ref) and translates a file. Also: the
 shipped model scored through --src/--ref gives sacreBLEU's own score of its translations; bad test files get one line
 and exit 2; translate streams its output batch by batch, keeps the finished lines after Ctrl-C, and gives an empty line
-for a blank or invisible one."""
+for a blank or invisible one. A language code spaCy has no tokenizer for is refused before anything is read."""
 import gzip
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,33 @@ def test_a_corpus_folder_trains_evaluates_and_translates(corpus, run, tmp_path, 
     refused(capsys, "evaluate", "--checkpoint", str(run / "best"), "--src", str(tmp_path / "test.de"), "--ref",
             str(tmp_path / "test.fr"), says="the file name says de, but the model translates en to fr")
     refused(capsys, "evaluate", "--checkpoint", str(run / "best"), says="translates en to fr, and Multi30k's test here is German-English")
+
+
+def test_a_language_code_spacy_has_no_tokenizer_for_is_refused_first(run, tmp_path, capsys):
+    """train accepts the codes spaCy has tokenizer rules for (en and fr trained above), and evaluate the codes the
+    model's folder names. Any other is one line and exit status 2 from the command, and the same line in a ValueError
+    from Python: before a file is read or a folder written."""
+    from annotated_transformer.train import TrainConfig, train
+    empty = tmp_path / "corpus"
+    empty.mkdir()  # no files: the code is refused before the folder is read
+    out = tmp_path / "run"
+    res = cli("train", "--corpus-dir", str(empty), "--src-lang", "english", "--tgt-lang", "fr", "--out-dir", str(out))
+    one_line_exit_2(res, "src_lang 'english' is not a language code spaCy has a tokenizer for: use one of ")
+    assert not out.exists()
+    with pytest.raises(ValueError) as error:
+        train(TrainConfig(corpus_dir=str(empty), src_lang="english", tgt_lang="fr", out_dir=str(out)), device="cpu")
+    assert res.stderr.decode().strip() == f"annotated-transformer train: error: {error.value}"
+    assert not out.exists()
+    refused(capsys, "train", "--corpus-dir", str(empty), "--src-lang", "en", "--tgt-lang", "EN", "--out-dir", str(out),
+            says="tgt_lang 'EN' is not a language code spaCy has a tokenizer for (did you mean en?)")
+    # evaluate reads the codes from the model's folder: one that names another code is refused before the test set is read
+    odd = tmp_path / "odd"
+    shutil.copytree(run / "best", odd)
+    config = json.loads((odd / "config.json").read_text())
+    config["extra"]["tgt_lang"] = "french"
+    (odd / "config.json").write_text(json.dumps(config))
+    refused(capsys, "evaluate", "--checkpoint", str(odd), "--corpus-dir", str(empty),
+            says="tgt_lang 'french' is not a language code spaCy has a tokenizer for")
 
 
 def test_the_shipped_model_on_files_gives_sacrebleus_score(multi30k, tmp_path):
