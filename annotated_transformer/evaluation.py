@@ -20,7 +20,7 @@ from safetensors import safe_open
 from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, check_destination, check_path, check_stored_weights,
                                              check_writable, load_weights, model_config, read_config, resolved, save_model,
                                              trusted_manifest, vocabulary_fingerprint, weights_to_save)
-from .data import CorpusError, Tokenizer, _aligned, load_multi30k, load_parallel, read_lines
+from .data import CorpusError, Tokenizer, _aligned, check_language, load_multi30k, load_parallel, read_lines
 from .decoding import Translator
 from .subwords import TOKENIZER_FILE, WORD_VOCAB_FILES
 from .model import ModelConfig, build_model
@@ -95,6 +95,7 @@ def test_set(src_lang: str, tgt_lang: str,  # the languages of the model that wi
              files: tuple | None = None,  # or (source file, reference file)
              ) -> tuple[list[tuple[str, str]], str]:  # the pairs, and what they are (for the report)
     "The (source, reference) pairs to score: two files, a split of a corpus folder, or a Multi30k split."
+    check_language(src_lang, "src_lang"), check_language(tgt_lang, "tgt_lang")  # before anything is read or translated
     if files is not None:
         return read_test_set(*files, src_lang, tgt_lang), f"{files[0]} -> {files[1]}"
     split = "test" if split == "test2016" else split
