@@ -1,4 +1,4 @@
-"""Train a small Transformer to copy random sequences, in seconds: every part of the paper working together.
+"""What the `copy-task` command runs: the copy task on the fast layers and the toolkit's loop, in bf16, with checkpoints and resuming.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/copy_task.html.md"""
 

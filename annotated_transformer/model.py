@@ -167,6 +167,7 @@ LIMITS = {
     "dropout": Limit(0, 1, high_excluded=True),  # a rate: 1 would drop everything
 }
 
+# %% ../nbs/03_model.ipynb #7d3f9a51
 @dataclass
 class ModelConfig:
     "Every hyperparameter of a Transformer built by `make_model`; JSON-serialisable."

@@ -21,7 +21,6 @@ import torch
 from torch import nn
 
 from .layers import sinusoid_table
-from .fast import capture_attention
 from .model import subsequent_mask
 from .training import LabelSmoothing, rate
 
@@ -49,16 +48,11 @@ def save_static(chart: alt.TopLevelMixin,  # any Altair chart
                 path: str | Path,  # ends in .png or .svg
                 scale: float = 2.0,  # PNG pixel density
                 ) -> Path:
-    "Write a chart as PNG or SVG without a browser or network (vl-convert)."
-    import vl_convert as vlc
+    "Write a chart as PNG or SVG without a browser or network (Altair's `save`, which runs vl-convert)."
     path = Path(path)
-    spec = chart.to_dict()
-    if path.suffix == ".svg":
-        path.write_text(vlc.vegalite_to_svg(spec))
-    elif path.suffix == ".png":
-        path.write_bytes(vlc.vegalite_to_png(spec, scale=scale))
-    else:
+    if path.suffix not in (".png", ".svg"):
         raise ValueError(f"save_static writes .png or .svg files, not {path.suffix!r}")
+    chart.save(path, scale_factor=scale)  # the scale applies to PNG only
     return path
 
 # %% ../nbs/06_viz.ipynb #a1725268
@@ -220,16 +214,21 @@ def attention_weights(model: nn.Module,  # an `EncoderDecoder`
     device = next(model.parameters()).device
     src, tgt = src.to(device), tgt.to(device)
     src_mask = (src != pad).unsqueeze(-2) if pad is not None else torch.ones(1, 1, src.size(1), dtype=torch.bool, device=device)
+    layers = {"encoder": [l.self_attn for l in model.encoder.layers],
+              "decoder_self": [l.self_attn for l in model.decoder.layers],
+              "decoder_src": [l.src_attn for l in model.decoder.layers]}
+    for attn in sum(layers.values(), []):
+        attn.attn = None  # so that weights of an earlier call never pass for this one's
     was_training = model.training
     model.eval()
     try:
-        with capture_attention(model):
-            model(src, tgt, src_mask, subsequent_mask(tgt.size(1)).to(device))
-            return {"encoder": [l.self_attn.attn[0].cpu() for l in model.encoder.layers],
-                    "decoder_self": [l.self_attn.attn[0].cpu() for l in model.decoder.layers],
-                    "decoder_src": [l.src_attn.attn[0].cpu() for l in model.decoder.layers]}
+        model(src, tgt, src_mask, subsequent_mask(tgt.size(1)).to(device))
     finally:
         model.train(was_training)
+    if any(attn.attn is None for attn in sum(layers.values(), [])):
+        raise ValueError("the model's attention layers kept no weights in `.attn`; a model switched to the toolkit's "
+                         "fast layers keeps them only inside `fast.capture_attention(model)`")
+    return {kind: [attn.attn[0].cpu() for attn in mods] for kind, mods in layers.items()}
 
 def _axes(kind: str, src_tokens: list[str], tgt_tokens: list[str]):
     "(row tokens, column tokens, row title, column title) of an attention kind."

@@ -697,6 +697,30 @@ def test_the_readers_prints_are_silenced_and_random_state_kept(capsys):
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
+def test_the_stand_in_model_decodes_greedily_by_its_rule():
+    "The Oracle's greedy output, decoded by the package, follows its rule: y_(i+1) = (3 y_i + i + s) mod 11."
+    from annotated_transformer.training import greedy_decode
+    src = torch.tensor([[4, 7, 1, 9, 2], [0, 3, 3, 5, 10]])
+    out = greedy_decode(exercises_module.Oracle(), src, torch.ones(2, 1, 5, dtype=torch.bool), max_len=8, start_symbol=2)
+    for row, s in zip(out.tolist(), src.sum(1).tolist()):
+        expected = [2]
+        for i in range(7):
+            expected.append((3 * expected[-1] + i + s) % 11)
+        assert row == expected
+
+
+def test_a_crash_is_kept_apart_from_a_wrong_answer_and_tensors_are_compared_with_care():
+    "`call` turns what the reader's code raises into a `Crash`; the comparing helpers see NaN and shape differences."
+    with pytest.raises(exercises_module.Crash) as info:
+        exercises_module.call("on the number 1", lambda x: x / 0, 1)
+    assert (type(info.value.error), info.value.when) == (ZeroDivisionError, "on the number 1")
+    assert exercises_module.call("on two numbers", max, 1, 2) == 2
+    assert exercises_module._gap(torch.zeros(3), torch.ones(3)) == 1.0
+    assert exercises_module._gap(torch.zeros(3), torch.zeros(2)) == math.inf
+    assert exercises_module._close(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0])) is False
+    assert exercises_module._describe((torch.zeros(2, 3), None)) == "a tuple of 2: a tensor of shape (2, 3) (float32), None"
+
+
 # --- the exercise cells of the chapters -------------------------------------------------------------------------------
 
 def exercise_cells(chapter: str) -> list[dict]:
@@ -751,7 +775,7 @@ def test_stubs_say_not_written_yet_and_solutions_pass(capsys, chapter):
 
 def test_the_exercise_page_lists_every_exercise_with_a_link_to_its_chapter():
     cells = json.loads((ROOT / "nbs" / "07_exercises.ipynb").read_text())["cells"]
-    table = next("".join(c["source"]) for c in cells if "| chapter | exercise |" in "".join(c["source"]))
+    table = next("".join(c["source"]) for c in cells if "| page | exercise |" in "".join(c["source"]))
     rows, chapter = {}, None
     for line in table.splitlines():
         m = re.match(r"\| (?:\[[^\]]+\]\((\w+)\.ipynb#exercises\))? *\| `(\w+)\(", line)
