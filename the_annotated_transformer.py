@@ -495,18 +495,30 @@ test_close(LayerNorm(32)(x).mean(-1), torch.zeros(3, 7), eps=1e-5)
 # **after** the sum ("post-norm").
 # The Annotated Transformer, like most code written since, normalizes the sublayer's **input** instead.
 # It leaves the residual path untouched: $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$
-# ("pre-norm"), with one extra LayerNorm at the end of the stack.
+# ("pre-norm").
+# Nothing then normalizes the last layer's output, so a pre-norm stack of layers ends with one more LayerNorm.
+# This is the most common question about The Annotated Transformer's code, so here is the difference in one place:
+#
+# | | post-norm (the paper, `pre_norm=False`) | pre-norm (the default, `pre_norm=True`) |
+# | --- | --- | --- |
+# | one sublayer | $\mathrm{LN}(x + \mathrm{Drop}(f(x)))$ | $x + \mathrm{Drop}(f(\mathrm{LN}(x)))$ |
+# | end of a stack | nothing: the last sublayer has already normalized | a final $\mathrm{LN}$ |
+# | path from input to output | through a LayerNorm in every sublayer | an unbroken sum of residuals |
+# | training | needs the warmup of section 5.3 to stay stable | stable with less warmup |
 #
 # Why it matters:
 #
-# * In post-norm, every layer's output passes through a normalization, so the gradient reaching the early layers goes
-#   through every normalization above it.
+# * In post-norm, the gradient that reaches the first layer has gone through every normalization above it: $2N$ in
+#   the encoder, $3N$ in the decoder.
 #   At initialization the gradients near the output are much larger than near the input.
-#   Training needs the learning-rate warmup of section 5.3 to avoid diverging (Xiong et al., 2020, analyse this).
+#   A large learning rate early on then diverges, which is why the paper's warmup matters.
+#   (Xiong et al., 2020, "On Layer Normalization in the Transformer Architecture", analyse this.)
 # * In pre-norm, the residual path is an identity from input to output, and gradients flow through it unchanged.
 #   Training is stable with less warmup, at the cost of sometimes slightly worse final quality for shallow models.
 #
-# Both are offered: `pre_norm=True` (the default: the Annotated Transformer's layout and state-dict keys) or
+# Both layouts have the same parameters and the same `state_dict` keys, except that a post-norm stack has no final
+# norm.
+# Both are offered: `pre_norm=True` (the default: The Annotated Transformer's layout and state-dict keys) or
 # `pre_norm=False` (the paper).
 # [The experiments on the recipe](https://annotated-transformer.github.io/annotated-transformer/31_experiments.html#pre-norm-or-the-papers-post-norm) compare
 # the two on a real task, each with the better of two warmups.
@@ -539,7 +551,7 @@ test_close(post(x, double), post.norm(3 * x))
 # %% [markdown]
 # # The model
 #
-# > The encoder and decoder stacks (section 3.1), the causal mask, the output layer, and the paper's base and big models (Table 3).
+# > The encoder and decoder stacks (3.1), the output layer, and the base and big models (Table 3).
 
 # %%
 import copy
@@ -727,31 +739,12 @@ class Decoder(nn.Module):
 
 
 # %% [markdown]
-# ## Where the layer norm goes: pre-norm and the paper's post-norm
+# ## Both norm layouts, layer by layer
 #
-# Section 3.1 of the paper wraps every sublayer as $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$: add the residual
-# first, then normalise (**post-norm**).
-# The Annotated Transformer, and this model by default, normalise the sublayer's *input* instead:
-# $x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$ (**pre-norm**).
-# They add one LayerNorm at the very end of each stack, since nothing else would normalise the last layer's output.
-# This is the most common question about The Annotated Transformer's code, so here is the difference in one place:
-#
-# | | post-norm (paper, `pre_norm=False`) | pre-norm (default, `pre_norm=True`) |
-# | --- | --- | --- |
-# | one sublayer | $\mathrm{LN}(x + \mathrm{Drop}(f(x)))$ | $x + \mathrm{Drop}(f(\mathrm{LN}(x)))$ |
-# | end of a stack | nothing (the last sublayer already normalised) | a final $\mathrm{LN}$ |
-# | path from input to output | passes through a LayerNorm in every sublayer | an unbroken sum of residuals |
-# | training | needs the warmup of section 5.3 to stay stable | stable with less warmup |
-#
-# With post-norm, the gradient that reaches the first layer has gone through $2N$ (encoder) or $3N$ (decoder)
-# normalisations.
-# At initialisation the gradients of the last layers are much larger than those of the first.
-# A large learning rate early on then diverges, which is why the paper's warmup matters.
-# (Xiong et al., 2020, "On Layer Normalization in the Transformer Architecture", analyse this.)
-# With pre-norm, the residual sum carries the gradient unchanged to every layer.
-#
-# Both layouts have the same parameters and the same `state_dict` keys, except that post-norm stacks have no final
-# `norm`.
+# `pre_norm` chooses where every `SublayerConnection` of a layer puts its LayerNorm.
+# [Residual connections, and where the norm goes](https://annotated-transformer.github.io/annotated-transformer/02_layers.html#residual-connections-and-where-the-norm-goes-section-3-1)
+# explains pre-norm and the paper's post-norm, and why they train differently.
+# In the stacks the choice shows in one more place: a pre-norm stack ends with a LayerNorm, a post-norm stack does not.
 # The architecture figure above draws the default, pre-norm.
 #
 # The tests spell out both orders by hand for one encoder and one decoder layer:
@@ -872,6 +865,18 @@ LIMITS = {
     "dropout": Limit(0, 1, high_excluded=True),  # a rate: 1 would drop everything
 }
 
+# %%
+test_eq((1 in LIMITS["N"], 0 in LIMITS["N"], 1000 in LIMITS["N"]), (True, False, True))  # both ends included
+test_eq((0.5 in LIMITS["dropout"], 1 in LIMITS["dropout"]), (True, False))  # a rate: 1 excluded
+test_eq((str(LIMITS["N"]), str(LIMITS["dropout"])), ("1..1000", "in [0, 1)"))
+
+
+# %% [markdown]
+# `ModelConfig` holds the settings of one model.
+# It checks them against `LIMITS` as soon as it is made, so a wrong value never reaches `make_model`.
+# It reads and writes them as a dictionary or as JSON, the form a checkpoint keeps them in.
+
+# %%
 @dataclass
 class ModelConfig:
     "Every hyperparameter of a Transformer built by `make_model`; JSON-serialisable."
@@ -1072,7 +1077,7 @@ for k in ["encoder.layers.0.self_attn.linears.0.weight", "encoder.layers.0.subla
 # %% [markdown]
 # # Batches and masks
 #
-# > A batch of source and target ids, shifted for teacher forcing, with the padding and causal masks the model needs.
+# > Source and target ids, shifted for teacher forcing, with their padding and causal masks.
 
 # %%
 import torch

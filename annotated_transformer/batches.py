@@ -1,4 +1,4 @@
-"""A batch of source and target ids, shifted for teacher forcing, with the padding and causal masks the model needs.
+"""Source and target ids, shifted for teacher forcing, with their padding and causal masks.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/batches.html.md"""
 

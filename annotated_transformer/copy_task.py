@@ -1,4 +1,4 @@
-"""What the `copy-task` command runs: the copy task on the fast layers and the toolkit's loop, in bf16, with checkpoints and resuming.
+"""The `copy-task` command's run: the fast layers, the toolkit's loop, bf16, checkpoints and resuming.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/copy_task.html.md"""
 

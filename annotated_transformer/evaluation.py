@@ -1,4 +1,4 @@
-"""sacreBLEU with its signature, a checkpoint's BLEU on a Multi30k split, and checkpoint averaging (section 6.1).
+"""sacreBLEU, a checkpoint's BLEU on a Multi30k split, and checkpoint averaging (section 6.1).
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/evaluation.html.md"""
 

@@ -1,4 +1,4 @@
-"""What each choice of the recipe is worth on Multi30k, and how sure each difference is.
+"""What each choice of the recipe is worth, and how sure each difference is.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/experiments.html.md"""
 

@@ -1,4 +1,4 @@
-"""`train_epoch`: `run_epoch` with what real runs add around each step, tested to train exactly like it.
+"""`train_epoch`: `run_epoch` with what real runs add, tested to train exactly like it.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/loop.html.md"""
 

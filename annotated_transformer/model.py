@@ -1,4 +1,4 @@
-"""The encoder and decoder stacks (section 3.1), the causal mask, the output layer, and the paper's base and big models (Table 3).
+"""The encoder and decoder stacks (3.1), the output layer, and the base and big models (Table 3).
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/model.html.md"""
 

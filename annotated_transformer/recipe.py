@@ -1,4 +1,4 @@
-"""The recipe, and the code that trains four runs of it and distills them into the shipped student.
+"""The recipe, and the code that distills four runs of it into the shipped model.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/recipe.html.md"""
 

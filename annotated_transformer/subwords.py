@@ -1,4 +1,4 @@
-"""One byte-pair-encoding vocabulary for German and English, and `TranslationData`, which serves it to training and decoding.
+"""One subword vocabulary for German and English, and `TranslationData`, which serves it.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/subwords.html.md"""
 

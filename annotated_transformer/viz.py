@@ -1,4 +1,4 @@
-"""Charts of the masks, the positional encoding, the schedule and label smoothing, and attention maps per layer and head.
+"""Charts of the masks, positional encoding, schedule and label smoothing, and attention maps.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/viz.html.md"""
 
