@@ -80,3 +80,23 @@ def test_a_notebook_uses_only_its_part_and_earlier_ones(nb):
             used |= imports_of(ast.parse(source))[0]
     later = {m: NUMBERS[m] for m in used if m in NUMBERS and NUMBERS[m] // 10 > part}
     assert not later, f"{nb.stem} uses modules of later parts: {later}"
+
+
+PAGES = sorted((ROOT / "nbs").glob("[0-9]*.ipynb"), key=lambda p: int(p.stem.split("_")[0]))
+
+
+@pytest.mark.parametrize("nb", PAGES, ids=lambda p: p.stem)
+def test_code_cells_fit_on_a_screen(nb):
+    "A code cell of parts 1 and 2 (the paper, running it for real) is at most 80 lines; any other at most 120."
+    limit = 80 if int(nb.stem.split("_")[0]) < 20 else 120
+    lengths = [len("".join(c["source"]).splitlines()) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    assert max(lengths, default=0) <= limit, f"{nb.stem}: a code cell of {max(lengths)} lines (limit {limit})"
+
+
+def test_pages_point_by_title_not_by_chapter_number():
+    "Prose names a page by its title and a link: a chapter's number is not what the menu shows a reader."
+    texts = [(nb.stem, "".join(c["source"])) for nb in PAGES + [ROOT / "nbs" / "index.ipynb"]
+             for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown"]
+    texts += [(p.stem, p.read_text()) for p in (ROOT / "docs").glob("*.md")]
+    found = [(name, m[0]) for name, text in texts for m in re.finditer(r"\bchapters? \d+", text, re.I)]
+    assert not found, found
