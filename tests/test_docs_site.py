@@ -85,7 +85,7 @@ def wait_for_charts(page, name: str, timeout_ms: int = 30000) -> None:
 
 def test_every_page_loads_cleanly_and_offline(site_url, browser):
     html_pages = pages()
-    assert "index.html" in html_pages and "01_attention.html" in html_pages and "34_api.html" in html_pages
+    assert "index.html" in html_pages and "01_attention.html" in html_pages and "api.html" in html_pages
     problems, links = [], {}
     page = browser.new_page()
     host = urlparse(site_url).netloc
@@ -136,7 +136,7 @@ def test_charts_math_and_tooltips(site_url, browser):
     assert "query (target)" in text and "key (source)" in text and "weight" in text
     # nbdev's symbol links (module page + symbol anchor) land on the symbol in the API reference
     page.goto(site_url + "attention.html#multiheadedattention.attend")
-    page.wait_for_url("**/34_api.html#annotated_transformer.attention.MultiHeadedAttention.attend", timeout=15000)
+    page.wait_for_url("**/api.html#annotated_transformer.attention.MultiHeadedAttention.attend", timeout=15000)
     for name in ("01_attention.html", "02_layers.html", "05_training.html"):
         page.goto(site_url + name, wait_until="networkidle")
         page.locator("mjx-container").first.wait_for(state="attached", timeout=15000)
@@ -159,10 +159,10 @@ def test_exercise_solutions_are_folded_until_opened(site_url, browser):
 
 
 def test_api_page_covers_every_module():
-    "A new exported module must be added to docs/34_api.md, or its docstrings never reach the site."
-    listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "34_api.md").read_text()))
+    "A new exported module must be added to docs/api.md, or its docstrings never reach the site."
+    listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "api.md").read_text()))
     modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if not p.stem.startswith("_")}
-    assert modules <= listed, f"missing from docs/34_api.md: {sorted(modules - listed)}"
+    assert modules <= listed, f"missing from docs/api.md: {sorted(modules - listed)}"
 
 
 def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
@@ -197,7 +197,7 @@ def test_every_docs_link_of_the_package_resolves():
     import importlib
     import annotated_transformer._modidx as modidx
     base = modidx.d["settings"]["doc_host"] + modidx.d["settings"]["doc_baseurl"] + "/"
-    api_ids = set(re.findall(r'id="([^"]+)"', (SITE / "34_api.html").read_text()))
+    api_ids = set(re.findall(r'id="([^"]+)"', (SITE / "api.html").read_text()))
     modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if p.stem != "_modidx"}
     for name in sorted(modules):
         doc = importlib.import_module("annotated_transformer" if name == "__init__" else f"annotated_transformer.{name}").__doc__
@@ -210,7 +210,7 @@ def test_every_docs_link_of_the_package_resolves():
             targets = json.loads(re.search(r"var t = (\{.*?\});", redirect)[1])
             assert anchor in targets, f"{symbol}: {link} leads nowhere"
             target = targets[anchor]
-            assert (target.startswith("34_api.html#") and target.split("#", 1)[1] in api_ids) or (SITE / target).is_file(), (symbol, target)
+            assert (target.startswith("api.html#") and target.split("#", 1)[1] in api_ids) or (SITE / target).is_file(), (symbol, target)
 
 
 def api_entry_text(html: str, name: str) -> str:
@@ -226,7 +226,7 @@ def test_api_reference_shows_the_parameter_comments():
     import torch
     from fastcore.docments import docments
     from annotated_transformer import loop, training
-    html = (SITE / "34_api.html").read_text()
+    html = (SITE / "api.html").read_text()
     for obj in (loop.train_epoch, training.run_epoch, training.rate, training.LabelSmoothing):
         entry = api_entry_text(html, f"{obj.__module__}.{obj.__qualname__}")
         comments = docments(obj.__init__ if isinstance(obj, type) else obj)
@@ -285,10 +285,11 @@ def test_navigation_comes_from_the_pages_numbers(tmp_path):
         with pytest.raises(SystemExit, match=Path(bad).stem):
             navigation(tmp_path, captions)
         (tmp_path / bad).unlink()
-    # the site's own pages: every one numbered, in one of the parts
-    assert [n for _, names in navigation() for n in names] == sorted(
-        [p.stem for p in (ROOT / "nbs").glob("[0-9]*.ipynb")] + [p.stem for p in (ROOT / "docs").glob("*.md")],
-        key=lambda n: int(n.split("_")[0]))
+    (tmp_path / "docs" / "api.md").write_text("# API\n")  # a reference page: no number, last
+    assert navigation(tmp_path, captions) == [("One", ["01_a", "02_b", "03_guide"]), ("Two", ["10_c", "api"])]
+    # the site's own pages: every one numbered, in one of the parts, and the API reference last
+    numbered = [p.stem for p in [*(ROOT / "nbs").glob("[0-9]*.ipynb"), *(ROOT / "docs").glob("*.md")] if p.stem != "api"]
+    assert [n for _, names in navigation() for n in names] == sorted(numbered, key=lambda n: int(n.split("_")[0])) + ["api"]
 
 
 def test_old_page_addresses_lead_to_the_new_pages(site_url, browser):

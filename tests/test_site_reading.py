@@ -76,7 +76,7 @@ def test_phone_menu_opens_and_its_links_work(site_url, browser):
         page.wait_for_url("**/14_copy_task.html", timeout=10000)
 
 
-@pytest.mark.parametrize("name", ["05_training.html", "34_api.html"])
+@pytest.mark.parametrize("name", ["05_training.html", "api.html"])
 def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, browser, name):
     with opened(browser, "390x844", name, site_url) as page:
         visible(page, ".secondary-toggle").tap()
@@ -99,7 +99,7 @@ def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, brows
 
 
 @pytest.mark.parametrize("screen", ["1280x800", "1366x768"])
-@pytest.mark.parametrize("name", ["01_attention.html", "34_api.html"])
+@pytest.mark.parametrize("name", ["01_attention.html", "api.html"])
 def test_laptop_shows_chapters_and_page_contents_without_a_tap(site_url, browser, screen, name):
     with opened(browser, screen, name, site_url) as page:
         chapters = page.locator(".bd-sidebar-primary nav a.current").first  # the list scrolls to the page being read

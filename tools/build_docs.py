@@ -1,6 +1,6 @@
 """Build the documentation site into site/ (or --out): no network needed, nothing executed.
 
-1. copies docs/conf.py, docs/34_api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
+1. copies docs/conf.py, docs/api.md and the notebooks of nbs/ into build/docs_src/, turning nbdev
    directives into what Sphinx understands: `#| hide` cells are dropped, directive comments are
    removed from the code shown, and an "Open in Colab" link is added under each notebook's title;
    the code cells between a chapter's title and its first sentence (imports, plumbing) are left out,
@@ -37,6 +37,7 @@ DIRECTIVE = re.compile(r"^\s*#\|.*$")
 # The site's navigation comes from the pages' numbers: every page of nbs/ and docs/ starts with one (01_attention,
 # 15_gpu), the pages sort by it, and its tens digit is its part. A page's number is thus its place in the menu and, for
 # a notebook, in the imports: a module imports only modules of lower numbers (tests/test_docs_site.py checks it).
+REFERENCE = ("api",)  # reference pages, not read in order: no number, at the end of the menu
 PART_CAPTIONS = {0: "Part 1: The paper", 1: "Part 2: Running it for real", 2: "Part 3: A translation system",
                  3: "Part 4: Tools"}
 # the architecture figure embedded in markdown cells; the site shows the current docs/architecture.svg instead
@@ -117,20 +118,24 @@ def page_number(name: str) -> int | None:
 
 def navigation(root: Path = ROOT, captions: dict[int, str] = PART_CAPTIONS) -> list[tuple[str, list[str]]]:
     """The site's parts in reading order, each its caption and its pages sorted by number: a page's tens digit is its
-    part. A page without a number, two pages with one number, or a page in a part with no caption stop the build with one line naming it."""
+    part. The reference pages (REFERENCE) close the last part. A page without a number, two pages with one number, or
+    a page in a part with no caption stop the build with one line naming it."""
     pages = site_pages(root)
-    unnumbered = sorted(name for name in pages if page_number(name) is None)
+    unnumbered = sorted(name for name in pages if page_number(name) is None and name not in REFERENCE)
     if unnumbered:
         sys.exit(f"pages without a number (NN_name): {', '.join(unnumbered)}")
-    numbers = [page_number(name) for name in pages]
-    shared = sorted(name for name in pages if numbers.count(page_number(name)) > 1)
+    numbered = [name for name in pages if name not in REFERENCE]
+    numbers = [page_number(name) for name in numbered]
+    shared = sorted(name for name in numbered if numbers.count(page_number(name)) > 1)
     if shared:
         sys.exit(f"pages that share a number: {', '.join(shared)}")
-    orphans = sorted(name for name in pages if page_number(name) // 10 not in captions)
+    orphans = sorted(name for name in numbered if page_number(name) // 10 not in captions)
     if orphans:
         sys.exit(f"pages in a part with no caption in PART_CAPTIONS: {', '.join(orphans)}")
-    return [(caption, sorted((n for n in pages if page_number(n) // 10 == part), key=page_number))
-            for part, caption in sorted(captions.items())]
+    parts = [(caption, sorted((n for n in numbered if page_number(n) // 10 == part), key=page_number))
+             for part, caption in sorted(captions.items())]
+    parts[-1][1].extend(name for name in REFERENCE if name in pages)
+    return parts
 
 
 def page_title_and_summary(path: Path) -> tuple[str, str]:
@@ -154,12 +159,12 @@ def part_table(part: int,  # 1 for the first part of the navigation
     for name in names:
         path = pages[name]
         title, summary = page_title_and_summary(path)
-        number, module = name.split("_")[0], ""
+        number, module = (name.split("_")[0] if page_number(name) is not None else ""), ""
         if path.suffix == ".ipynb":
             cells = json.loads(path.read_text())["cells"]
             module = next((f"`{m[1]}`" for c in cells if c["cell_type"] == "code"
                            for m in [re.search(r"^#\| ?default_exp (\w+)", "".join(c["source"]), re.M)] if m), "")
-        rows.append(f"| {number} [{title}]({path.name}) | {module} | {summary} |")
+        rows.append(f"| {number + ' ' if number else ''}[{title}]({path.name}) | {module} | {summary} |")
     return "| page | module | what it covers |\n| --- | --- | --- |\n" + "\n".join(rows)
 
 
@@ -254,7 +259,7 @@ def nbdev_link_targets(site: Path) -> None:
     For each module, `<module>.html.md` is the chapter as plain Markdown, and `<module>.html` sends the reader to the
     symbol's entry in the API reference (or, without a symbol, to the chapter)."""
     import annotated_transformer._modidx as modidx
-    api_ids = set(re.findall(r'id="(annotated_transformer\.[^"]+)"', (site / "34_api.html").read_text()))
+    api_ids = set(re.findall(r'id="(annotated_transformer\.[^"]+)"', (site / "api.html").read_text()))
     for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
         module = next((m[1] for c in cells for m in [re.search(r"#\| default_exp (\w+)", "".join(c["source"]))] if m), None)
@@ -271,7 +276,7 @@ def nbdev_link_targets(site: Path) -> None:
             parts = symbol.split(".")
             while parts and ".".join(parts) not in api_ids:  # e.g. __init__ has no entry of its own: its class does
                 parts.pop()
-            targets[link.split("#", 1)[1]] = "34_api.html#" + ".".join(parts) if parts else f"{nb.stem}.html"
+            targets[link.split("#", 1)[1]] = "api.html#" + ".".join(parts) if parts else f"{nb.stem}.html"
         (site / f"{module}.html").write_text(REDIRECT.format(targets=json.dumps(targets), page=f"{nb.stem}.html"))
 
 
@@ -282,8 +287,7 @@ MOVED = {"09_viz": "06_viz", "15_exercises": "07_exercises", "06_fast": "10_fast
          "13_train": "24_train", "13b_recipe": "25_recipe", "14_pretrained": "26_pretrained",
          "13a_own_pair": "27_own_pair", "90_cli": "30_cli", "14a_experiments": "31_experiments",
          "paper_map": "08_paper_map", "gpu": "15_gpu", "distributed": "16_distributed", "benchmarks": "17_benchmarks",
-         "usage": "28_usage", "what-can-go-wrong": "32_what-can-go-wrong", "contributing": "33_contributing",
-         "api": "34_api"}
+         "usage": "28_usage", "what-can-go-wrong": "32_what-can-go-wrong", "contributing": "33_contributing"}
 
 
 def moved_pages(site: Path) -> None:
