@@ -291,9 +291,12 @@ MOVED = {"09_viz": "06_viz", "15_exercises": "07_exercises", "06_fast": "10_fast
 
 
 def moved_pages(site: Path) -> None:
-    "A page at each old address (MOVED) that sends the reader to the new one, keeping the section (#...)."
+    """A page at each old address (MOVED) that sends the reader to the new one, keeping the section (#...). An old
+    address that a module's page already holds (distributed.html) is left to it: it sends symbols to the API
+    reference and everything else to the same chapter."""
     for old, new in MOVED.items():
-        (site / f"{old}.html").write_text(REDIRECT.format(targets="{}", page=f"{new}.html"))
+        if not (site / f"{old}.html").exists():
+            (site / f"{old}.html").write_text(REDIRECT.format(targets="{}", page=f"{new}.html"))
 
 
 REDIRECT = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Redirecting</title>
