@@ -67,13 +67,13 @@ def on_screen(page, locator) -> bool:
 def test_phone_menu_opens_and_its_links_work(site_url, browser):
     with opened(browser, "390x844", "05_training.html", site_url) as page:
         visible(page, ".primary-toggle").tap()
-        link = page.locator("#pst-primary-sidebar-modal a", has_text="A first training run").first  # the next page
+        link = page.locator("#pst-primary-sidebar-modal a", has_text="Seeing the Transformer").first  # the next page
         opens(link, "menu")
         assert on_screen(page, link), "the chapter list opened, but its links are not on the screen"
         chapters = page.eval_on_selector_all("#pst-primary-sidebar-modal nav a[href]", "els => els.map(e => e.getAttribute('href'))")
         assert len(chapters) >= len(CHAPTERS), f"the phone menu lists {len(chapters)} pages"
         link.tap()
-        page.wait_for_url("**/14_copy_task.html", timeout=10000)
+        page.wait_for_url("**/06_viz.html", timeout=10000)
 
 
 @pytest.mark.parametrize("name", ["05_training.html", "api.html"])
