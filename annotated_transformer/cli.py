@@ -469,10 +469,13 @@ def evaluate_main(args: argparse.Namespace) -> int:
         tmp = json_path.with_name(f".{json_path.name}.{os.getpid()}.tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, json_path)  # the file is whole or absent
-    print(text if args.json == "-" else
-          f"BLEU = {res['bleu']:.2f} on {data} ({res['sentences']} sentences, beam {res['beam_size']})\n"
-          f"sacreBLEU signature: {res['signature']}\nchrF2 = {res['chrf']:.2f}  signature: {res['chrf_signature']}\n"
-          f"BLEU of {res['tokenized_bleu_is']} = {res['tokenized_bleu']:.2f}", end="" if args.json == "-" else "\n")
+    if args.json == "-":
+        print(text, end="")
+        return 0
+    print(f"BLEU = {res['bleu']:.2f} on {data} ({res['sentences']} sentences, beam {res['beam_size']})")
+    print(f"sacreBLEU signature: {res['signature']}")
+    print(f"chrF2 = {res['chrf']:.2f}  signature: {res['chrf_signature']}")
+    print(f"BLEU of {res['tokenized_bleu_is']} = {res['tokenized_bleu']:.2f}")
     return 0
 
 # %% ../nbs/30_cli.ipynb #a2becca5
