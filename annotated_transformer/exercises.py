@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# --- Running the reader's code: a crash is reported as theirs, and the check always ends ------------------------------
+# --- Running the reader's code (a crash is reported as theirs; the check always ends) and comparing its results -----
 class Wrong(Exception):
     "A property the answer lacks; the message is what the reader reads."
 
@@ -59,7 +59,8 @@ def _crash_report(when: str, e: BaseException) -> str:
     f = ([f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_NOT_THEIRS)] or [None])[-1]
     where = "inside a library it called" if f is None else f"in {f.name}, line {f.lineno}" + (
         "" if re.match(r"<|.*ipykernel_", f.filename) else f" of {os.path.basename(f.filename)}") + f": {f.line}"
-    return f"your code raised {type(e).__name__}: {str(e).strip()[:200]}\n  {where} (the check was running it {when})"
+    error = ": ".join([type(e).__name__] + [str(e).strip()[:200]] * bool(str(e).strip()))
+    return f"your code raised {error}\n  {where} (the check was running it {when})"
 
 def _within(seconds: float, run) -> None:
     "run(), stopped by SIGALRM after `seconds`: a thread could only leave a loop running. Main thread, Unix only."
@@ -76,16 +77,15 @@ def _within(seconds: float, run) -> None:
 def _late(*_):
     raise _Timeout
 
-# --- Comparing: the reference's shape, dtype and values, or the mistake whose wrong answer gives the same -------------
 def _describe(x) -> str:
-    return f"a tensor {tuple(x.shape)} of {str(x.dtype)[6:]}" if torch.is_tensor(x) else f"{type(x).__name__} {x!r:.40}"
+    return f"a tensor {tuple(x.shape)} of {str(x.dtype)[6:]}" if torch.is_tensor(x) else " ".join(repr(x).split())[:50]
 
 def _gap(got, want, atol=1e-5, nan=False) -> str | None:
     "None when `got` is close to `want` in float64 (rtol 1e-4, `atol`; NaN only if `nan`); else where they differ most."
     try:
         torch.testing.assert_close(got.detach().double(), want.detach().double(), rtol=1e-4, atol=atol, equal_nan=nan)
     except AssertionError as e:
-        return next((s for s in str(e).split("\n") if s.startswith("Greatest abs")), str(e)).rstrip(".")
+        return next(("differs by " + s[30:] for s in str(e).split("\n") if s.startswith("Greatest abs")), str(e))
 
 def _compare(ex, got, how, what: str, otherwise=None, atol=1e-5):
     """Raise Wrong unless `got` is a tensor like how(ex.reference), the reference's result on the case. Else name the
@@ -93,9 +93,12 @@ def _compare(ex, got, how, what: str, otherwise=None, atol=1e-5):
     want = how(ex.reference)
     if not torch.is_tensor(got):
         raise Wrong(f"{what} should be a tensor; it is {_describe(got)}" + ": is a `return` missing?" * (got is None))
-    if got.shape == want.shape and got.dtype == want.dtype and not _gap(got, want, atol):
+    if want.requires_grad and not got.requires_grad:
+        raise Wrong(f"{what} carries no gradient: compute it with torch, not through .detach(), .item() or numpy.")
+    right_values = got.shape == want.shape and not _gap(got, want, atol)  # whatever the dtype
+    if right_values and got.dtype == want.dtype:
         return
-    for key in ex.mistakes:  # a wrong answer that gives `want` on this case cannot give `got`
+    for key in () if right_values else ex.mistakes:  # a wrong answer that gives `want` cannot give `got`
         try:
             theirs = how(ex.wrong(key))
         except Exception:  # a wrong answer of ours may fail on the case
@@ -103,9 +106,9 @@ def _compare(ex, got, how, what: str, otherwise=None, atol=1e-5):
         if theirs.shape == got.shape and not _gap(got, theirs, atol, nan=True):
             raise Wrong(ex.mistakes[key][0])
     if got.shape != want.shape or got.dtype != want.dtype:
-        raise Wrong(f"{what} is {_describe(got)}, not {_describe(want)[2:]}: a "
+        raise Wrong(f"{what} should be {_describe(want)}; it is {_describe(got)}: a "
                     f"{'dtype' if got.shape == want.shape else 'shape'} mistake.")
-    raise Wrong(otherwise or f"{what}: {_gap(got, want, atol)}.")
+    raise Wrong(otherwise or f"{what} {_gap(got, want, atol)}.")
 
 # --- Exercises and `check` -----------------------------------------------------------------------------------------
 @dataclass
@@ -118,8 +121,7 @@ class Exercise:
     reference: object  # a right answer: the paper's formula written here (never the package's), computed in float64
     mistakes: dict  # key word of the message -> (one-line message, the switches of `reference` that make the mistake)
     properties: list  # functions (exercise, answer) checked in order; each raises Wrong when its property fails
-    def wrong(self, key: str):
-        "The wrong answer that makes mistake `key`: a subclass of the reference, or it with keyword arguments."
+    def wrong(self, key: str):  # the wrong answer that makes mistake `key`: a subclass, or a partial, of the reference
         switches, right = self.mistakes[key][1], self.reference
         return type(self.name, (right,), switches) if inspect.isclass(right) else functools.partial(right, **switches)
 
@@ -127,8 +129,7 @@ def _kind_and_signature(ex: Exercise, answer) -> None:
     "An nn.Module class or a function, its parameters named as the chapter's, in order, with its defaults."
     is_class = inspect.isclass(ex.reference)
     if not callable(answer) or is_class and not (inspect.isclass(answer) and issubclass(answer, nn.Module)):
-        raise Wrong(f"expected {'an nn.Module class' if is_class else 'a function'}, as in check({ex.name!r}, "
-                    f"{ex.name}); got {_describe(answer)}.")
+        raise Wrong(f"expected {'an nn.Module class' if is_class else 'a function'}, not {_describe(answer)}.")
     answer = getattr(answer, ex.name) if inspect.isclass(answer) and not is_class else answer  # as Batch holds it
     with contextlib.suppress(TypeError, ValueError):  # a builtin has no signature to read: its calls tell
         got, wanted = list(inspect.signature(answer).parameters.values()), ex.signature.split(", ")
@@ -169,8 +170,8 @@ def check(name: str,  # the exercise: "attention", "MultiHeadedAttention", ... (
 
 # --- Attention (nbs/01_attention.ipynb): equation 1, whose arguments after `dropout` switch on the mistakes ----------
 def _attention(query, key, value, mask=None, dropout=None, scale=-0.5, dim=-1, fill=-1e9, hide=0, after=False,
-               drop=True):
-    scores = query @ key.transpose(-2, -1) * query.size(-1) ** scale  # (..., queries, keys)
+               drop=True, d_k=None):
+    scores = query @ key.transpose(-2, -1) * (d_k or query.size(-1)) ** scale  # (..., queries, keys)
     scores = scores.masked_fill(mask == hide, fill) if mask is not None and not after else scores
     weights = scores.softmax(dim)
     weights = weights.masked_fill(mask == 0, 0.0) if mask is not None and after else weights
@@ -186,10 +187,10 @@ def _attention_values(ex, attention):
             result = call(f"on query {tuple(q.shape)}, key {tuple(k.shape)}{when}", attention, q, k, v, mask)
             if not isinstance(result, (tuple, list)) or len(result) != 2:
                 raise Wrong(f"it should return (output, weights), the weights for the charts, not {result!r:.50}")
-            for i, what in enumerate(("the output", "the weights")):
+            for i, what in ((1, "the weights"), (0, "the output")):
                 _compare(ex, result[i], lambda a: a(q.double(), k.double(), v.double(), mask)[i].float(), what + when)
-    pad[0] = False  # the first sentence's queries may attend to nothing
-    if not all(torch.isfinite(t).all() for t in call("with a mask that hides every key", attention, q, k, v, pad)):
+    hidden = pad & (torch.arange(b) > 0).view(b, 1, 1, 1)  # the first sentence's queries may attend to nothing
+    if not all(torch.isfinite(t).all() for t in call("with a mask that hides every key", attention, q, k, v, hidden)):
         raise Wrong(ex.mistakes["-inf"][0])
     out, w = call("with dropout=nn.Dropout(0.5) in train mode", attention, q, k, v, None, nn.Dropout(0.5))
     eval_w, want = call("in eval mode", attention, q, k, v, None, nn.Dropout(0.5).eval())[1], ex.reference(q, k, v)[1]
@@ -201,6 +202,7 @@ _ATTENTION = Exercise("attention", "01_attention", "query, key, value, mask=None
     reference=_attention, properties=[_attention_values], mistakes={
         "not scaled": ("the scores are not scaled: divide Q K^T by sqrt(d_k) (equation 1).", dict(scale=0)),
         "divided by d_k": ("the scores are divided by d_k; equation 1 divides them by sqrt(d_k).", dict(scale=-1)),
+        "written into the code": ("d_k is written into the code: it is query.size(-1).", dict(d_k=8)),
         "over the keys": ("the softmax runs over the queries; take it over the keys, softmax(dim=-1).", dict(dim=-2)),
         "inverted": ("the mask is inverted: True (or 1) means may attend; fill where mask == 0.", dict(hide=1)),
         "-1e9": ("masked scores are set to 0, so padding gets weight: fill them with -1e9.", dict(fill=0.0)),
@@ -271,8 +273,7 @@ def _pe_values(ex, cls):
     for d, max_len in ex.cases:
         pe = call(f"while building PositionalEncoding({d}, 0.0, {max_len})", cls, d, 0.0, max_len).eval()
         for x in torch.zeros(2, max_len, d), torch.randn(2, 7, d):
-            _compare(ex, call(f"on {_describe(x)}", pe, x), lambda a: a(d, 0.0, max_len)(x), "the output x + PE",
-                     atol=1e-4)
+            _compare(ex, call(f"on {_describe(x)}", pe, x), lambda a: a(d, 0.0, max_len)(x), "x + PE", atol=1e-4)
     if list(pe.parameters()) or not any(t.numel() == max_len * d for t in pe.buffers()):
         raise Wrong(ex.mistakes["register_buffer"][0])
 
@@ -431,9 +432,8 @@ def _greedy_decode(model, src, src_mask, max_len, start_symbol, steps=-1, feeds_
 def _greedy_values(ex, greedy_decode):
     "On a model whose greedy answer is known, one sentence, then batches; its decoder refuses a mask not causal."
     for src, max_len, start in ex.cases:
-        src_mask = torch.ones(len(src), 1, src.size(1), dtype=torch.bool)
         ys = call(f"on {len(src)} sentence(s), max_len={max_len}, start_symbol={start}", greedy_decode, Oracle(), src,
-                  src_mask, max_len, start)
+                  src_mask := torch.ones(len(src), 1, src.size(1), dtype=torch.bool), max_len, start)
         _compare(ex, ys, lambda fn: fn(Oracle(), src, src_mask, max_len, start), "the output (batch, max_len)")
 
 _GREEDY_DECODE = Exercise("greedy_decode", "05_training", "model, src, src_mask, max_len, start_symbol", cases=[
