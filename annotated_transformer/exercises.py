@@ -302,9 +302,9 @@ def _ln_values(ex, cls):
         norm, x = call(f"while building LayerNorm({f}, 1e-6)", cls, f, 1e-6), torch.randn(3, 4, f) * 3 + 1
         if sorted(p.tolist() for p in norm.parameters()) != [[0.0] * f, [1.0] * f]:
             raise Wrong("expected two parameters (features,): a gain of ones and a bias of zeros.")
-        for eps, x in ((1e-6, x), (1e-6, torch.ones(2, f)), (0.5, x / 6)):
-            _compare(ex, call(f"with eps={eps} on {_describe(x)}", call("while building it", cls, f, eps), x),
-                     lambda a: a(f, eps).double()(x.double()).float(), "the output (x - mean) / (std + eps)", atol=1e-4)
+        for eps, rows in ((1e-6, x), (1e-6, torch.ones(2, f)), (0.5, x / 6)):  # a row of equal values; a large eps
+            _compare(ex, call(f"with eps={eps} on {_describe(rows)}", call("while building it", cls, f, eps), rows),
+                     lambda a: a(f, eps).double()(rows.double()).float(), "(x - mean) / (std + eps)", atol=1e-4)
 
 _LAYER_NORM = Exercise("LayerNorm", "02_layers", "features, eps", cases=[8, 5],  # features
     reference=_LayerNorm, properties=[_ln_values], mistakes={

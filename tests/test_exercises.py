@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import annotated_transformer.exercises as exercises
 from annotated_transformer.exercises import EXERCISES, Oracle, check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +122,8 @@ def test_a_loop_that_never_ends_is_stopped(capsys):
     fails(capsys, "attention", attention, "did not finish", seconds=1)
 
 
-@pytest.mark.parametrize("stop", [lambda: sys.exit(3), lambda: (_ for _ in ()).throw(KeyboardInterrupt)])
+@pytest.mark.parametrize("stop", [lambda: sys.exit(3), lambda: (_ for _ in ()).throw(KeyboardInterrupt)],
+                         ids=["sys.exit", "KeyboardInterrupt"])
 def test_sys_exit_and_keyboard_interrupt_are_reported_and_the_process_goes_on(capsys, stop):
     def rate(step, model_size, factor, warmup):
         stop()
@@ -151,8 +151,9 @@ def test_the_global_state_the_answer_changes_is_put_back(capsys):
 def test_numbers_written_into_the_code_fail(capsys):
     def attention(query, key, value, mask=None, dropout=None):
         scores = query @ key.transpose(-2, -1) / math.sqrt(8)  # d_k = 8 written in
-        scores = scores if mask is None else scores.masked_fill(mask == 0, -1e9)
-        return scores.softmax(-1) @ value, scores.softmax(-1)
+        weights = (scores if mask is None else scores.masked_fill(mask == 0, -1e9)).softmax(-1)
+        weights = weights if dropout is None else dropout(weights)
+        return weights @ value, weights
     fails(capsys, "attention", attention, "written into the code")
     def make_std_mask(tgt, pad):
         return package_answer("make_std_mask").make_std_mask(tgt, 3)  # the padding id written in
@@ -160,21 +161,20 @@ def test_numbers_written_into_the_code_fail(capsys):
 
 
 def test_an_input_changed_in_place_is_named(capsys):
-    class LayerNorm(package_answer("LayerNorm")):
-        def forward(self, x):
-            x -= x.mean(-1, keepdim=True)  # centring the input in place: the result is right, the input is lost
-            return super().forward(x)
-    fails(capsys, "LayerNorm", LayerNorm, "in place")
+    class MultiHeadedAttention(package_answer("MultiHeadedAttention")):
+        def forward(self, query, key, value, mask=None):  # right, but the caller's mask keeps the axis for the heads
+            return super().forward(query, key, value, mask if mask is None else mask.unsqueeze_(1)[:, 0])
+    fails(capsys, "MultiHeadedAttention", MultiHeadedAttention, "in place")
 
 
 @pytest.mark.parametrize("name, change", [
     ("attention", lambda out: (out[0].double(), out[1].double())),
     ("make_std_mask", lambda mask: mask.long()),
-    ("greedy_decode", lambda ys: ys.float())])
+    ("greedy_decode", lambda ys: ys.float())], ids=["float64 attention", "integer mask", "float ids"])
 def test_a_result_of_another_dtype_is_a_dtype_mistake(capsys, name, change):
     right = package_answer(name)
     right = getattr(right, "make_std_mask", right)
-    fails(capsys, name, functools.wraps(right)(lambda *args: change(right(*args))), "dtype mistake")
+    fails(capsys, name, functools.wraps(right)(lambda *args, **kw: change(right(*args, **kw))), "dtype mistake")
 
 
 # --- the reader's code and odd answers ------------------------------------------------------------------------------
