@@ -76,7 +76,9 @@ def test_make_std_mask_takes_a_function_or_a_class_that_has_it(capsys):
 
 
 def test_the_references_agree_with_pytorch():
+    "The references, written for the checker, agree with PyTorch's own attention, multi-head attention and losses."
     ex = EXERCISES
+    torch.manual_seed(0)
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 4)
     pad = torch.rand(2, 1, 1, 6) > 0.3
     pad[..., 0] = True
@@ -87,7 +89,7 @@ def test_the_references_agree_with_pytorch():
         torchs.in_proj_weight.copy_(torch.cat([m.weight for m in ours.linears[:3]]))
         torchs.in_proj_bias.copy_(torch.cat([m.bias for m in ours.linears[:3]]))
         torchs.out_proj.load_state_dict(ours.linears[3].state_dict())
-    x, keep = torch.randn(2, 5, 32), torch.rand(2, 1, 5) > .3
+    x, keep = torch.randn(2, 5, 32), torch.rand(2, 1, 5) > 0.3
     keep[..., 0] = True
     torch.testing.assert_close(ours(x, x, x, keep), torchs(x, x, x, key_padding_mask=~keep[:, 0])[0])
     torch.testing.assert_close(ex["subsequent_mask"].reference(6), torch.triu(torch.ones(1, 6, 6), 1) == 0)
@@ -122,13 +124,11 @@ def test_a_loop_that_never_ends_is_stopped(capsys):
     fails(capsys, "attention", attention, "did not finish", seconds=1)
 
 
-@pytest.mark.parametrize("stop", [lambda: sys.exit(3), lambda: (_ for _ in ()).throw(KeyboardInterrupt)],
-                         ids=["sys.exit", "KeyboardInterrupt"])
+@pytest.mark.parametrize("stop", [SystemExit(3), KeyboardInterrupt()], ids=["sys.exit(3)", "KeyboardInterrupt"])
 def test_sys_exit_and_keyboard_interrupt_are_reported_and_the_process_goes_on(capsys, stop):
     def rate(step, model_size, factor, warmup):
-        stop()
-    out = fails(capsys, "rate", rate, "raised")
-    assert "SystemExit" in out or "KeyboardInterrupt" in out, out
+        raise stop  # as sys.exit(3) does, or Ctrl-C
+    fails(capsys, "rate", rate, type(stop).__name__)
 
 
 def test_the_global_state_the_answer_changes_is_put_back(capsys):
