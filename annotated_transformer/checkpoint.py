@@ -50,7 +50,7 @@ def _recomputable(name: str) -> bool:
     return name.endswith(".pe")
 
 def weights_to_save(model: nn.Module,
-                    dtype: torch.dtype | None = None,  # cast floats to it; torch.int8: matrices in 8 bits, see `int8_rows`
+                    dtype: torch.dtype | None = None,  # cast floats to it; torch.int8: matrices in 8 bits
                     ) -> dict[str, torch.Tensor]:
     "The model's state_dict minus recomputable buffers, each tied tensor once, optionally cast to `dtype`."
     tensors, seen = {}, set()
@@ -123,7 +123,12 @@ def atomic_write(path: str | Path,  # the file or folder to write as a whole
     path = Path(path)
     make_folder(path.parent)
     names = dict(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(tempfile.mkdtemp(**names) if folder else _closed(tempfile.mkstemp(**names)))
+    if folder:
+        tmp = Path(tempfile.mkdtemp(**names))
+    else:
+        fd, name = tempfile.mkstemp(**names)
+        os.close(fd)  # the block writes the file by its name
+        tmp = Path(name)
     old = tmp.with_suffix(".old")
     try:
         yield tmp
@@ -137,10 +142,6 @@ def atomic_write(path: str | Path,  # the file or folder to write as a whole
         _remove(tmp)
         raise
     _remove(old)
-
-def _closed(made: tuple[int, str]) -> str:
-    os.close(made[0])  # mkstemp's open file: the block opens the file by its name
-    return made[1]
 
 def _flush(f: Path) -> None:
     "Make a written file readable by everyone, and flush it to the disk: after a power cut, a renamed file is whole."
@@ -207,7 +208,8 @@ def _save_lock(path: Path) -> FileLock | nullcontext:
 # %% ../nbs/13_checkpoint.ipynb #8594895d
 def _has_vocabularies(folder: Path) -> bool: return any((folder / n).is_file() for n in VOCABULARY_FILES)
 
-_KINDS = {True: "a translation checkpoint (with vocabularies)", False: "a checkpoint without vocabularies (e.g. the copy task)"}
+_KINDS = {True: "a translation checkpoint (with vocabularies)",
+          False: "a checkpoint without vocabularies (e.g. the copy task)"}
 
 def _kind(folder: Path) -> str: return _KINDS[_has_vocabularies(folder)]
 
@@ -220,7 +222,8 @@ def check_writable(path: str | Path) -> None:
     path = resolved(check_path(path, "a checkpoint folder"))
     run = _run_of(path)
     if run is not None and not (run != path and run in _RUNS_HERE):
-        raise ValueError(f"{path} belongs to the training run in {run}, which alone writes it: choose a folder outside it")
+        raise ValueError(f"{path} belongs to the training run in {run}, which alone writes it: choose a folder "
+                         "outside it")
     inside = _checkpoint_around(path)
     if inside is not None:
         raise ValueError(f"{path} is inside the checkpoint {inside}, whose files belong together: choose a folder "
@@ -234,7 +237,7 @@ def check_writable(path: str | Path) -> None:
 def check_destination(path: str | Path,
                       vocabularies: bool | None = None,  # will the save hold vocabularies? (None: not known yet)
                       ) -> Path:
-    "Before any work: `check_writable`, then the folder where `path` will be made must exist as a folder and take new entries."
+    "Before any work: `check_writable`, and the folder where `path` will be made is a folder that takes new entries."
     path = resolved(check_path(path, "a checkpoint folder"))
     check_writable(path)
     if vocabularies is not None and path.is_dir() and any(path.iterdir()) and _has_vocabularies(path) != vocabularies:
@@ -280,7 +283,7 @@ def check_manifest(path: str | Path) -> dict | None:
     return manifest
 
 def _listed_file(folder: Path, name) -> Path:
-    "A file a manifest names: a plain file name (no path), of a file in `folder` itself (a link may not lead out of it)."
+    "A file a manifest names: a plain name (no path) of a file in `folder` itself (a link may not lead out of it)."
     if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
         raise ValueError(f"checkpoint {folder}: {MANIFEST_FILE} names {name!r}, which is not a file of the folder "
                          "(a manifest lists the folder's own files by name, without a path)")
@@ -292,10 +295,9 @@ def _listed_file(folder: Path, name) -> Path:
 
 # %% ../nbs/13_checkpoint.ipynb #c17656f5
 def _leftovers(path: Path) -> list[Path]:
-    "What interrupted saves of `path` left beside it (.NAME.XXXX.tmp, .NAME.XXXX.old), newest first, .tmp before .old."
-    found = [Path(p) for ext in ("tmp", "old") for p in glob.glob(glob.escape(f"{path.parent}/.{path.name}.") + f"*.{ext}")]
-    found = [p for p in found if "." not in p.name[len(path.name) + 2:-4]]  # not those of a folder NAME.SOMETHING
-    return sorted(found, key=lambda p: (p.suffix == ".tmp", p.stat().st_mtime), reverse=True)
+    "What interrupted saves of `path` left beside it: .NAME.XXXX.tmp (if sealed, the newer), then .NAME.XXXX.old."
+    found = [p for ext in ("tmp", "old") for p in path.parent.glob(glob.escape(f".{path.name}.") + f"*.{ext}")]
+    return [p for p in found if "." not in p.name[len(path.name) + 2:-4]]  # not those of a folder NAME.SOMETHING
 
 def _whole(folder: Path) -> bool:
     try:
@@ -381,12 +383,11 @@ def dequantized(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def trusted_manifest(path: str | Path,  # checkpoint folder
                      trust: bool = False,  # accept a folder without manifest.json (files not checked)
                      ) -> dict | None:
-    "`check_manifest`, refusing a folder without a manifest unless `trust`: nothing else says its files belong together."
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"a checkpoint is a folder (a str or Path), got {type(path).__name__}")
+    "`check_manifest`, refusing a folder without one unless `trust`: nothing else says its files belong together."
     check_path(path, "a checkpoint folder")
     if not Path(path).is_dir():
-        raise FileNotFoundError(f"{path} is not a folder: expected a checkpoint folder ({CONFIG_FILE}, {WEIGHTS_FILE}, ...)")
+        raise FileNotFoundError(f"{path} is not a folder: expected a checkpoint folder ({CONFIG_FILE}, "
+                                f"{WEIGHTS_FILE}, ...)")
     manifest = check_manifest(path)
     if manifest is None and not trust:
         raise ValueError(f"{path} has no {MANIFEST_FILE}, so nothing shows that its files are the ones saved together; "
@@ -445,7 +446,8 @@ def _stored_tensors(f: Path) -> dict[str, tuple[tuple[int, ...], str]]:
         raise ValueError(f"cannot read {f}: {e}; the file is corrupt or not a safetensors file") from None
     scales = {n.removesuffix(SCALE_SUFFIX): stored.pop(n) for n in list(stored) if n.endswith(SCALE_SUFFIX)}
     for n, (shape, dtype) in scales.items():
-        if n not in stored or stored[n][1] != "I8" or len(stored[n][0]) != 2 or (dtype, shape) != ("F32", stored[n][0][:1]):
+        matrix_shape, matrix_dtype = stored.get(n, ((), None))
+        if matrix_dtype != "I8" or len(matrix_shape) != 2 or (dtype, shape) != ("F32", matrix_shape[:1]):
             raise ValueError(f"{f}: {n + SCALE_SUFFIX} is not the float32 scales of the rows of an int8 matrix {n}")
     wrong = [f"{n} is {dtype}" for n, (_, dtype) in stored.items() if dtype not in FLOAT_DTYPES and n not in scales]
     if wrong:
@@ -454,7 +456,7 @@ def _stored_tensors(f: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return stored
 
 def check_stored_weights(cfg: ModelConfig, path: str | Path) -> None:
-    "Compare the shapes and dtypes in the header of `path`'s weights with the model `cfg` describes, before building it."
+    "Compare the shapes and dtypes in the header of `path`'s weights with the model `cfg` describes, before building."
     f = Path(path) / WEIGHTS_FILE
     if not f.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {path}: expected a checkpoint folder written by save_model")
@@ -466,8 +468,8 @@ def check_stored_weights(cfg: ModelConfig, path: str | Path) -> None:
         raise ValueError(f"{path}: {CONFIG_FILE} describes a model of at least {least:,} parameters but {WEIGHTS_FILE} "
                          f"holds {held:,} numbers; the two files do not belong together")
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost worth counting
-        check_weights_match(build_model(cfg), {n: torch.empty(shape, device="meta") for n, (shape, _) in stored.items()},
-                            source=str(f))
+        empty = {n: torch.empty(shape) for n, (shape, _) in stored.items()}
+        check_weights_match(build_model(cfg), empty, source=str(f))
 
 def check_weights_match(model: nn.Module, tensors: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
     "Raise a `ValueError` naming every missing, unexpected or differently shaped tensor."
@@ -521,13 +523,10 @@ def load_model(path: str | Path,  # checkpoint folder
 # %% ../nbs/13_checkpoint.ipynb #8d959804
 def _optimizer_to_files(optimizer) -> tuple[dict, dict]:
     "Split an optimizer state_dict into tensors (for safetensors) and plain data (for JSON)."
-    sd, tensors, plain = optimizer.state_dict(), {}, {}
-    for pid, st in sd["state"].items():
-        for key, value in st.items():
-            if torch.is_tensor(value):
-                tensors[f"optimizer.state.{pid}.{key}"] = value.detach().cpu().contiguous()
-            else:
-                plain.setdefault(str(pid), {})[key] = value
+    sd = optimizer.state_dict()
+    tensors = {f"optimizer.state.{pid}.{key}": value.detach().cpu().contiguous()
+               for pid, st in sd["state"].items() for key, value in st.items() if torch.is_tensor(value)}
+    plain = {str(pid): {k: v for k, v in st.items() if not torch.is_tensor(v)} for pid, st in sd["state"].items()}
     return tensors, {"param_groups": sd["param_groups"], "plain_state": plain}
 
 def _optimizer_from_files(tensors: dict, data: dict) -> dict:
