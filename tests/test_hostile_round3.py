@@ -342,10 +342,10 @@ def test_the_temporary_folder_of_a_killed_writer_is_removed_by_the_next(tmp_path
         "    (tmp / 'model.safetensors').write_bytes(b'half of a model')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"), str(dest)], capture_output=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL
-    left = [p for p in tmp_path.iterdir() if p.name.startswith(".ckpt.")]
+    left = list(tmp_path.glob(".ckpt.*.tmp"))
     assert len(left) == 1, left  # what SIGKILL leaves behind
     tiny_translator(dest)  # the next writer of the same folder
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ckpt.lock", "ckpt"]  # the lock file stays
     with writing_folder(tmp_path / "other") as tmp:  # a writer that runs is never taken for a dead one
         tiny_translator(dest)
         assert tmp.is_dir()

@@ -71,7 +71,7 @@ def test_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one(tm
     assert killed.returncode < 0, killed.stdout[-2000:]  # died by a signal
     resumed = run(tmp_path, "full")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "taking over the lock" in resumed.stdout  # the dead run's pid was still in the lock file
+    assert "taking over" in resumed.stdout  # the dead run's name was still beside the lock
     assert same(weights(tmp_path), uninterrupted)
     assert not list(tmp_path.glob(".last.*")), list(tmp_path.glob(".last.*"))  # the killed save's folder is gone
 
@@ -86,7 +86,7 @@ def test_two_runs_on_one_folder(tmp_path, multi30k):
             time.sleep(0.1)
         second = run(tmp_path, "full")
         assert second.returncode == 4, second.stdout[-2000:] + second.stderr[-2000:]
-        assert f"in use by another training run (pid {first.pid})" in second.stdout
+        assert "in use" in second.stdout and str(first.pid) in second.stdout  # names the run that holds the folder
     finally:
         (tmp_path / "go").write_text("")
         out, _ = first.communicate(timeout=600)
