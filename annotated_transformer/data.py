@@ -27,10 +27,11 @@ from importlib.resources import files
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 from .batches import Batch
-from .checkpoint import sha256_of  # also used here for the data files
+from .checkpoint import read_json, sha256_of
 
 # %% ../nbs/20_data.ipynb #c643310b
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
@@ -72,6 +73,14 @@ def _manual_instructions(name: str, folder: Path) -> str:
     return (f"Download it by hand from {MULTI30K_URL.format(name=name)} and put it in {folder} "
             f"(or pass data_dir= / set ANNOTATED_TRANSFORMER_DATA to a folder holding the Multi30k files).")
 
+def _published_sha256(name: str) -> str:
+    "The checksum of a Multi30k file, German-English or French; a `ValueError` for a name that is neither."
+    known = {**MULTI30K_SHA256, **MULTI30K_FRENCH_SHA256}
+    if name not in known:
+        raise ValueError(f"unknown Multi30k file {name!r}; expected one of {sorted(known)}")
+    return known[name]
+
+# %% ../nbs/20_data.ipynb #590e44d1
 def download(name: str,  # file name, e.g. 'train.de.gz'
              folder: Path,  # cache folder
              progress: bool = True,  # show a progress bar
@@ -100,13 +109,7 @@ def download(name: str,  # file name, e.g. 'train.de.gz'
     os.replace(tmp, dest)
     return dest
 
-def _published_sha256(name: str) -> str:
-    "The checksum of a Multi30k file, German-English or French; a `ValueError` for a name that is neither."
-    known = {**MULTI30K_SHA256, **MULTI30K_FRENCH_SHA256}
-    if name not in known:
-        raise ValueError(f"unknown Multi30k file {name!r}; expected one of {sorted(known)}")
-    return known[name]
-
+# %% ../nbs/20_data.ipynb #d6ba7134
 def bundled_dir() -> Path:
     "The folder of Multi30k files shipped inside the package (the test2016 set)."
     return Path(str(files("annotated_transformer"))) / "datasets" / "multi30k"
@@ -292,6 +295,7 @@ def kept_ids(ids,  # a list or tensor of token ids
         out.append(i)
     return out
 
+# %% ../nbs/20_data.ipynb #b4ecee59
 class Vocab:
     "Token <-> id mapping with the specials <s>, </s>, <blank>, <unk> at ids 0-3."
     def __init__(self, itos: list[str]):  # tokens in id order, starting with the four specials
@@ -336,14 +340,8 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":
-        try:
-            return cls(json.loads(Path(path).read_text()))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"vocabulary file {path} not found") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"vocabulary file {path} is not valid JSON ({e})") from None
-        except RecursionError:  # brackets nested thousands deep
-            raise ValueError(f"vocabulary file {path} is not a vocabulary: its JSON is nested too deeply") from None
+        "The vocabulary saved at `path`; a `ValueError` naming the file when it is not JSON."
+        return cls(read_json(path))
 
 # %% ../nbs/20_data.ipynb #1d363092
 def encode_pair(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab) -> tuple[list[int], list[int]]:
@@ -410,15 +408,12 @@ class TokenBucketSampler:
     def __len__(self) -> int:
         return math.ceil(len(self.all_batches()) / self.num_replicas)
 
+# %% ../nbs/20_data.ipynb #69faa072
 def collate(pairs: list[tuple[list[int], list[int]]], pad: int = PAD) -> Batch:
     "Pad a list of (source ids, target ids) pairs into a `Batch`."
-    src_len, tgt_len = max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs)
-    src = torch.full((len(pairs), src_len), pad, dtype=torch.long)
-    tgt = torch.full((len(pairs), tgt_len), pad, dtype=torch.long)
-    for i, (s, t) in enumerate(pairs):
-        src[i, :len(s)] = torch.tensor(s)
-        tgt[i, :len(t)] = torch.tensor(t)
-    return Batch(src, tgt, pad=pad)
+    src, tgt = ([torch.tensor(ids) for ids in side] for side in zip(*pairs))
+    return Batch(pad_sequence(src, batch_first=True, padding_value=pad),
+                 pad_sequence(tgt, batch_first=True, padding_value=pad), pad=pad)
 
 def batches(pairs: list[tuple[list[int], list[int]]], sampler: TokenBucketSampler):
     "Yield the batches (`Batch` objects) of one epoch."

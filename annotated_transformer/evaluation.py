@@ -6,8 +6,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/evaluation.h
 
 # %% auto #0
 __all__ = ['TOKENIZED_BLEU', 'VOCAB_FILES', 'AVERAGE_DTYPES', 'corpus_score', 'bleu', 'chrf', 'tokenized_bleu', 'read_test_set',
-           'test_set', 'evaluate_translator', 'evaluate', 'last_checkpoints', 'vocabulary_files', 'copy_vocabularies',
-           'averaged_dtype', 'average_checkpoints']
+           'test_set', 'evaluate_translator', 'evaluate', 'last_checkpoints', 'vocabulary_files', 'averaged_dtype',
+           'average_checkpoints']
 
 # %% ../nbs/23_evaluation.ipynb #d646d85b
 import os
@@ -18,8 +18,8 @@ import torch
 from safetensors import safe_open
 
 from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, check_destination, check_path, check_stored_weights,
-                                             check_writable, load_weights, model_config, read_config, resolved, save_model,
-                                             trusted_manifest, vocabulary_fingerprint, weights_to_save)
+                                             load_weights, model_config, read_config, resolved, save_model, trusted_manifest,
+                                             vocabulary_fingerprint, weights_to_save)
 from .data import CorpusError, Tokenizer, _aligned, check_language, load_multi30k, load_parallel, read_lines
 from .decoding import Translator
 from .subwords import TOKENIZER_FILE, WORD_VOCAB_FILES
@@ -88,6 +88,7 @@ def read_test_set(src: str | Path,  # source sentences, one a line (plain or .gz
             raise CorpusError(f"{path} is a folder: expected a file of sentences, one a line")
     return _aligned(src, read_lines(src), ref, read_lines(ref))
 
+# %% ../nbs/23_evaluation.ipynb #3e67e83b
 def test_set(src_lang: str, tgt_lang: str,  # the languages of the model that will translate it
              split: str = "test",  # 'val' or 'test' (test2016)
              data_dir: str | Path | None = None,  # Multi30k files on disk
@@ -115,6 +116,7 @@ def test_set(src_lang: str, tgt_lang: str,  # the languages of the model that wi
                           "give your test set's files (--src and --ref) or your corpus folder (--corpus-dir)")
     return load_multi30k(split, data_dir), "test2016" if split == "test" else split
 
+# %% ../nbs/23_evaluation.ipynb #7ae1a99c
 def evaluate_translator(translator: Translator,
                         split: str = "test",  # 'val' or 'test' (test2016): of Multi30k, or of `corpus_dir`
                         data_dir: str | Path | None = None,  # Multi30k files on disk
@@ -155,7 +157,6 @@ def evaluate(path: str | Path,  # checkpoint folder
     return evaluate_translator(Translator.from_checkpoint(path, device, trust), split, data_dir, beam_size, alpha, limit,
                                corpus_dir=corpus_dir, files=files)
 
-
 # %% ../nbs/23_evaluation.ipynb #af04ed3a
 def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
     "The last `k` epoch_NNN folders of a training run."
@@ -172,11 +173,7 @@ def vocabulary_files(folder: str | Path) -> dict[str, str]:
     "{name: text} of the vocabulary files in checkpoint folder `folder` (to save them with another checkpoint)."
     return {name: (Path(folder) / name).read_text() for name in VOCAB_FILES if (Path(folder) / name).exists()}
 
-def copy_vocabularies(src: str | Path, dst: str | Path) -> None:
-    "Copy the vocabulary files that exist in checkpoint folder `src` into `dst`."
-    for name, text in vocabulary_files(src).items():
-        (Path(dst) / name).write_text(text)
-
+# %% ../nbs/23_evaluation.ipynb #3232ae8f
 _DTYPES = {"I8": torch.int8, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
 AVERAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
 
@@ -191,6 +188,7 @@ def averaged_dtype(paths: list[Path]) -> torch.dtype:
     dtypes = {_stored_dtype(p) for p in paths}
     return dtypes.pop() if len(dtypes) == 1 else torch.float32  # a rule of the set of inputs, not of their order
 
+# %% ../nbs/23_evaluation.ipynb #77f2200c
 def _check_average_out(paths: list[Path], out: Path) -> None:
     "Refuse an output folder that would overwrite an input, a run's checkpoint or one that averaging did not write."
     if resolved(out) in {resolved(p) for p in paths}:
@@ -227,6 +225,7 @@ def _check_inputs(paths: list[Path], trust: bool) -> ModelConfig:
                              "so their average would mean nothing")
     return configs[0]
 
+# %% ../nbs/23_evaluation.ipynb #3f70f6ce
 def average_checkpoints(paths: list[str | Path],  # checkpoint folders of one configuration and one vocabulary
                         out: str | Path,  # folder for the averaged weights
                         trust: bool = False,  # accept inputs without manifest.json

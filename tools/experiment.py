@@ -298,64 +298,80 @@ def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int,
     return sweep
 
 
+def val_bleu(scored: dict) -> float:
+    "The greedy val BLEU of a scored candidate or ensemble: what chooses."
+    return scored["val"]["beam_1"]["bleu"]
+
+
+def recorded_run(run: dict, runner: Runner, beams: list[int], curve: bool) -> dict:
+    "A finished run's settings, history, candidates scored on val and its choice (`recipe.choose_on_val`)."
+    from annotated_transformer.recipe import choose_on_val, read_history
+    folder = Path(run["config"].out_dir)
+    epochs = read_history(folder)
+    finished = [r for r in epochs if not r.get("partial")]
+    if len(finished) < run["config"].epochs and run["config"].max_steps is None:
+        raise ExperimentError(f"{folder} has {len(finished)} of its {run['config'].epochs} epochs: train it first")
+    found = runner.candidates(folder, run["average_last"])  # averaged once: the test and the ensembles reuse them
+    scored = {name: {"val": runner.score(c, "val", beams)} for name, c in found.items()}
+    chosen = choose_on_val(found, greedy_val_bleu=runner.greedy_val_bleu)[0]
+    settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
+    if run["fine_tunes"] is not None:
+        settings["init_from"] = started_from(folder)  # the candidate it started from, not the run it fine-tunes
+    averaged = averages(run["average_last"])
+    return {"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
+            "candidates": scored, "chosen": chosen, "checkpoint": found[chosen],
+            **({"averaged_curve": averaged_curve(folder, max(averaged), runner)} if curve and averaged else {})}
+
+
+def recorded_ensembles(spec: dict, runs: list[dict], runner: Runner, beams: list[int]) -> list[dict]:
+    """Every ensemble of the file scored on val. One that beats every run and every ensemble before it is scored on
+    test2016 too, while its members are at hand (`record` keeps the test scores of the one chosen)."""
+    best, ensembles = max(val_bleu(r["candidates"][r["chosen"]]) for r in runs), []
+    for name, ensemble in spec.get("ensembles", {}).items():
+        dtype = ensemble.get("dtype", "float32")
+        with tempfile.TemporaryDirectory() as tmp:
+            members = stored_members([r for r in runs if r["name"] in ensemble["members"]], dtype, Path(tmp))
+            scored = {"val": runner.score(members, "val", beams)}
+            megabytes = round(sum((m / "model.safetensors").stat().st_size for m in members) / 1e6, 2)
+            if val_bleu(scored) > best:
+                best, scored["test"] = val_bleu(scored), runner.score(members, "test", beams)
+        ensembles.append({"name": name, "members": ensemble["members"], "dtype": dtype, "megabytes": megabytes, **scored})
+    return ensembles
+
+
+def scored_choice(runs: list[dict], ensembles: list[dict], runner: Runner, beams: list[int],
+                  alphas: list[float]) -> tuple[dict, list[dict]]:
+    """The experiment's choice, the run or ensemble best on val (the first of equals), scored on test2016; and the
+    length-penalty sweep of it when `alphas` are given. Only the choice keeps test scores."""
+    run = max(runs, key=lambda r: val_bleu(r["candidates"][r["chosen"]]))
+    ensemble = max(ensembles, key=val_bleu, default=None)
+    if ensemble is not None and val_bleu(ensemble) <= val_bleu(run["candidates"][run["chosen"]]):
+        ensemble = None
+    for e in ensembles:
+        if e is not ensemble:
+            e.pop("test", None)
+    if ensemble is None:
+        run["candidates"][run["chosen"]]["test"] = runner.score(run["checkpoint"], "test", beams)
+        chosen = {"run": run["name"], "seed": run["seed"], "candidate": run["chosen"]}
+        return chosen, penalty_sweep(run["checkpoint"], alphas, max(beams), runner) if alphas else []
+    sweep = []
+    if alphas:
+        with tempfile.TemporaryDirectory() as tmp:
+            members = stored_members([r for r in runs if r["name"] in ensemble["members"]], ensemble["dtype"], Path(tmp))
+            sweep = penalty_sweep(members, alphas, max(beams), runner)
+    return {"ensemble": ensemble["name"]}, sweep
+
+
 def record(spec: dict, path: Path, planned: list[dict], runner: Runner) -> dict:
     "Every run's settings, history and candidates scored on val; the choice, scored on test2016."
     import torch
-    from annotated_transformer.recipe import choose_on_val, hardware, read_history
+    from annotated_transformer.recipe import hardware
     measure = {"average_last": 5, "beams": [1, 4], "curve": False, "length_penalties": [], "limit": None,
                **spec.get("measure", {})}
     beams = sorted(set(measure["beams"]) | {1})  # greedy always: it chooses
-    runs, best = [], None
-    for run in planned:
-        folder = Path(run["config"].out_dir)
-        epochs = read_history(folder)
-        finished = [r for r in epochs if not r.get("partial")]
-        if len(finished) < run["config"].epochs and run["config"].max_steps is None:
-            raise ExperimentError(f"{folder} has {len(finished)} of its {run['config'].epochs} epochs: train it first")
-        found = runner.candidates(folder, run["average_last"])  # averaged once: the test and the ensembles reuse them
-        scored = {name: {"val": runner.score(c, "val", beams)} for name, c in found.items()}
-        chosen = choose_on_val(found, greedy_val_bleu=runner.greedy_val_bleu)[0]
-        settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
-        if run["fine_tunes"] is not None:
-            settings["init_from"] = started_from(folder)  # the candidate it started from, not the run it fine-tunes
-        runs.append({"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
-                     "candidates": scored, "chosen": chosen, "checkpoint": found[chosen],
-                     **({"averaged_curve": averaged_curve(folder, max(averages(run["average_last"])), runner)}
-                        if measure["curve"] and averages(run["average_last"]) else {})})
-        if best is None or scored[chosen]["val"]["beam_1"]["bleu"] > best[1]:
-            best = (len(runs) - 1, scored[chosen]["val"]["beam_1"]["bleu"])
-    ensembles = []
-    for name, ensemble in spec.get("ensembles", {}).items():
-        with tempfile.TemporaryDirectory() as tmp:
-            members = stored_members([r for r in runs if r["name"] in ensemble["members"]], ensemble.get("dtype", "float32"),
-                                     Path(tmp))
-            scored = {"val": runner.score(members, "val", beams)}
-            megabytes = round(sum((m / "model.safetensors").stat().st_size for m in members) / 1e6, 2)
-            if scored["val"]["beam_1"]["bleu"] > best[1]:
-                best = (None, scored["val"]["beam_1"]["bleu"])
-                scored["test"] = runner.score(members, "test", beams)
-        ensembles.append({"name": name, "members": ensemble["members"], "dtype": ensemble.get("dtype", "float32"),
-                          "megabytes": megabytes, **scored})
-    sweep = []
-    if best[0] is None:  # an ensemble won: its test scores were taken while its members were at hand
-        chosen = {"ensemble": max(ensembles, key=lambda e: e["val"]["beam_1"]["bleu"])["name"]}
-        for e in ensembles:
-            if e["name"] != chosen["ensemble"]:
-                e.pop("test", None)
-        if measure["length_penalties"]:
-            with tempfile.TemporaryDirectory() as tmp:
-                spec_e = spec["ensembles"][chosen["ensemble"]]
-                members = stored_members([r for r in runs if r["name"] in spec_e["members"]],
-                                         spec_e.get("dtype", "float32"), Path(tmp))
-                sweep = penalty_sweep(members, measure["length_penalties"], max(beams), runner)
-    else:
-        winner = runs[best[0]]
-        winner["candidates"][winner["chosen"]]["test"] = runner.score(winner["checkpoint"], "test", beams)
-        chosen = {"run": winner["name"], "seed": winner["seed"], "candidate": winner["chosen"]}
-        for e in ensembles:
-            e.pop("test", None)
-        if measure["length_penalties"]:
-            sweep = penalty_sweep(winner["checkpoint"], measure["length_penalties"], max(beams), runner)
+    runs = [recorded_run(run, runner, beams, measure["curve"]) for run in planned]
+    ensembles = recorded_ensembles(spec, runs, runner, beams)
+    chosen, sweep = scored_choice(runs, ensembles, runner, beams, measure["length_penalties"])
     for r in runs:
         del r["checkpoint"]  # a folder of this machine (the chosen candidate's): not part of the record
     return {"experiment": path.stem, **spec, "measure": measure,
@@ -383,13 +399,13 @@ COMPARE_IGNORES = {"seed", "precision", "max_steps", "keep_epochs", "val_bleu_se
 def compare_run(folder: Path, spec: dict, path: Path, record: dict, margin: float) -> tuple[bool, list[str]]:
     """(passed, lines to print) for the finished run in `folder` against the record of the experiment `spec`: its
     best epoch's val BLEU against the lowest of the record's runs'. ExperimentError if it is not such a run."""
-    from annotated_transformer.recipe import BEST_CANDIDATE
+    from annotated_transformer.recipe import BEST_CANDIDATE, read_history
     from annotated_transformer.train import TrainConfig
     log, config = folder / "history.jsonl", folder / "train_config.json"
     if not log.is_file() or not config.is_file():
         raise ExperimentError(f"no training run at {folder} (expected history.jsonl and train_config.json)")
     try:
-        epochs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        epochs = read_history(folder)
         settings = json.loads(config.read_text())
         run = TrainConfig(**{k: v for k, v in settings.items() if k in {f.name for f in fields(TrainConfig)}})
         complete = all(isinstance(r["val_bleu"], (int, float)) for r in epochs)
