@@ -425,7 +425,7 @@ def _build(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: Transl
                 scheduler, loss_compute, step_loss, vocab_files, precision), limit
 
 def _resume(run: _Run,
-            limit: tuple[float, int, int],  # `_schedule`'s: the last step a resume may be at, the saved schedule
+            limit: tuple[float, int, int],  # `_schedule`'s: the last step a resume may be at, the run's first schedule
             ) -> tuple[TrainState, dict]:  # (counters, where last/ stands: epoch, batches_done and best score)
     "Resume where an interrupted run stopped: weights, optimizer, schedule, counters, random generators."
     cfg, out = run.cfg, run.out
@@ -435,10 +435,10 @@ def _resume(run: _Run,
         if run.talk:
             print(f"resuming from {out / 'last'} at step {state.step}: epoch {position['epoch'] + 2}, "
                   f"{position.get('batches_done', 0)} batches into it")
-    fixed_from, epochs, cooldown = limit
+    fixed_from, old_epochs, old_cooldown = limit
     if state.step > fixed_from:  # the rate has left equation 3 (or would now): a new schedule would make it jump
         raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({fixed_from}): "
-                         f"resume it with --epochs {epochs} --cooldown {cooldown}, as it was started")
+                         f"resume it with --epochs {old_epochs} --cooldown {old_cooldown}, as it was started")
     if position["epoch"] + 1 >= cfg.epochs and run.talk:
         print(f"the run in {out} has already finished its {cfg.epochs} epochs; to train longer, run it again "
               f"with a larger --epochs (the checkpoints are in {out})")
