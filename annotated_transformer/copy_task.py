@@ -18,7 +18,7 @@ from .batches import Batch
 from .checkpoint import save_checkpoint
 from .devices import default_device, resolve_precision, set_seed
 from .fast import FastLossCompute, speed_up
-from .loop import train_epoch
+from .loop import train_epoch, validation_loss
 from .model import EncoderDecoder, ModelConfig, build_model
 from .training import LabelSmoothing, TrainState, make_optimizer
 
@@ -92,8 +92,7 @@ def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
         train_loss, state = train_epoch(_epoch_data(cfg, epoch, "train"), model, loss_compute, optimizer, scheduler,
                                       train_state=state, progress=progress, total=cfg.batches_per_epoch,
                                       desc=f"epoch {epoch + 1}/{cfg.epochs}", precision=precision)
-        val_loss, _ = train_epoch(_epoch_data(cfg, epoch, "val"), model, loss_compute, mode="eval", progress=False,
-                                precision=precision)
+        val_loss = validation_loss(_epoch_data(cfg, epoch, "val"), model, loss_compute, precision)
         history.append(dict(epoch=epoch, train_loss=train_loss, val_loss=val_loss, seconds=time.perf_counter() - t0))
         if progress:
             print(f"epoch {epoch + 1:3d}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "

@@ -17,7 +17,7 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -38,10 +38,9 @@ from .decoding import Translator
 from .evaluation import bleu
 from .devices import default_device, resolve_precision, set_seed
 from .fast import FastLossCompute, speed_up
-from .loop import train_epoch
+from .loop import train_epoch, validation_loss
 from .model import PRESETS, ModelConfig, build_model
 from .training import LabelSmoothing, TrainState, make_optimizer, rate
-
 
 # %% ../nbs/24_train.ipynb #8b3d0932
 @dataclass
@@ -111,7 +110,7 @@ def cooled_rate(step: int,  # optimizer steps taken so far
     "Equation 3's rate until `cooldown_start`, then a straight line from that rate down to 0 at `total_steps`."
     if step < cooldown_start:
         return rate(step, model_size, factor, warmup)
-    left = max(0, total_steps - step) / max(1, total_steps - cooldown_start)  # 1 at the start of the cooldown, 0 at the end
+    left = max(0, total_steps - step) / max(1, total_steps - cooldown_start)  # from 1 where the cooldown starts to 0
     return rate(cooldown_start, model_size, factor, warmup) * left
 
 def planned_steps(sampler: TokenBucketSampler,  # the training batches
@@ -135,12 +134,11 @@ def resolved_cooldown(cooldown: int | None,  # `TrainConfig.cooldown`
                       steps: list[int],  # `planned_steps` of at least `epochs` epochs
                       warmup: int,  # warmup steps of the schedule
                       ) -> int:  # cooldown epochs
-    "A cooldown as given; for None the last fifth of the epochs (8 of the recipe's 38), or none if it would begin inside the warmup."
+    "A cooldown as given; for None the last fifth of the epochs (8 of 38), or none if it would begin inside the warmup."
     if cooldown is not None:
         return cooldown
     fifth = round(epochs / 5)
     return fifth if fifth and sum(steps[:epochs - fifth]) >= warmup else 0
-
 
 # %% ../nbs/24_train.ipynb #7d1a0e02
 def doubled(batch: Batch,  # a training batch of B pairs
@@ -175,13 +173,13 @@ class RDropLoss:
 # %% ../nbs/24_train.ipynb #f718c552
 def _load_data(cfg: TrainConfig, out: Path, talk: bool) -> TranslationData:
     "The data and vocabularies: a resumed run reuses the vocabularies it was started with, fine-tuning the model's."
-    start = out / "last" if (out / "last").exists() else cfg.init_from
-    vocabs = dict(zip(("src_vocab", "tgt_vocab"), load_vocabularies(start))) if start is not None else {}
+    vocab_folder = out / "last" if (out / "last").exists() else cfg.init_from
+    vocabs = dict(zip(("src_vocab", "tgt_vocab"), load_vocabularies(vocab_folder))) if vocab_folder else {}
     return TranslationData(cfg.data_dir, cfg.min_freq, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, progress=talk,
                            corpus_dir=cfg.corpus_dir, subwords=cfg.subwords, **vocabs)
 
-def _check_start(cfg: TrainConfig) -> ModelConfig:
-    "The settings of the model `cfg.init_from` holds, once it is known to be a whole translation checkpoint of the run's languages."
+def _init_config(cfg: TrainConfig) -> ModelConfig:
+    "The settings of the model `init_from` holds, once it is known to be a translation checkpoint of the languages."
     folder = Path(cfg.init_from)
     if not ((folder / CONFIG_FILE).is_file() and (folder / MANIFEST_FILE).is_file()  # (load_weights checks the files)
             and any((folder / name).is_file() for name in VOCABULARY_FILES)):
@@ -194,20 +192,21 @@ def _check_start(cfg: TrainConfig) -> ModelConfig:
                          f"{cfg.src_lang} to {cfg.tgt_lang}: set --src-lang and --tgt-lang to the model's")
     return saved_model_config(folder)  # every value's type and range checked
 
-def _check_shapes(saved: ModelConfig,  # what `_check_start` read
+def _check_shapes(init_config: ModelConfig,  # what `_init_config` read
                   wanted: ModelConfig,  # the model the settings and the vocabularies describe
                   folder: str,  # `TrainConfig.init_from`
                   ) -> None:
     "Refuse to fine-tune a model whose shapes the settings do not give (dropout may differ: it has no weights)."
-    differ = [f.name for f in fields(ModelConfig) if f.name != "dropout" and getattr(saved, f.name) != getattr(wanted, f.name)]
+    saved, now = asdict(init_config), asdict(wanted)
+    differ = [name for name in saved if name != "dropout" and saved[name] != now[name]]
     if differ:
-        raise ValueError(f"init_from {folder} holds a model with " + ", ".join(f"{n}={getattr(saved, n)}" for n in differ)
-                         + "; the settings give " + ", ".join(f"{n}={getattr(wanted, n)}" for n in differ)
-                         + ": set the model options to the model you start from")
+        raise ValueError(f"init_from {folder} holds a model with {', '.join(f'{n}={saved[n]}' for n in differ)}; "
+                         f"the settings give {', '.join(f'{n}={now[n]}' for n in differ)}: set the model options to "
+                         "the model you start from")
 
 # %% ../nbs/24_train.ipynb #3ce7a004
 class TrainingStopped(Exception):
-    "Training was asked to stop (Ctrl-C, SIGTERM, SIGHUP); a resumable checkpoint was saved. The message says how to resume."
+    "Training was asked to stop (Ctrl-C, SIGTERM, SIGHUP); a checkpoint was saved and the message says how to resume."
 
 class TrainingDiverged(RuntimeError):
     "The training loss stopped being a finite number: the run cannot go on (the commands exit 1)."
@@ -217,19 +216,19 @@ SETTINGS_FILE = "train_config.json"  # in a run's folder: its settings
 
 def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
-    return {k: str(resolved(v)) if k in ("out_dir", "data_dir", "corpus_dir") and v else v for k, v in settings.items()}
+    folders = ("out_dir", "data_dir", "corpus_dir")
+    return {k: str(resolved(v)) if k in folders and v else v for k, v in settings.items()}
 
 def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the settings of the run to resume, if any
     "Create the run folder, put back checkpoints an interrupted save left aside, refuse a run made with other settings."
     make_folder(out)
-    saved = out / SETTINGS_FILE
     for message in recover_folders(out):  # a crash in the middle of saving a checkpoint
         print(message)
-    if not ((out / "last").exists() and saved.exists()):
+    if not ((out / "last").exists() and (out / SETTINGS_FILE).exists()):
         return None
-    settings = read_json(saved)
+    settings = read_json(out / SETTINGS_FILE)
     if not isinstance(settings, dict):
-        raise ValueError(f"{saved} holds no settings (a JSON object): it was not written by train")
+        raise ValueError(f"{out / SETTINGS_FILE} holds no settings (a JSON object): it was not written by train")
     # a field added after the run was saved (rdrop, say) trained with its default: compare that, not nothing
     before, now = _comparable({**asdict(TrainConfig()), **settings}), _comparable(asdict(cfg))
     # where the run lives is no setting (a copied or moved folder resumes); where its data lives neither, once the
@@ -293,8 +292,8 @@ class _FiniteLoss:
         self.loss_compute, self.state, self.epoch, self.rdrop = loss_compute, state, epoch, rdrop
         self.previous = None  # (reported loss, loss backpropagated, step) of the micro-batch before, not yet read
 
-    def __call__(self, out, tgt_y, norm):
-        loss, loss_node = self.loss_compute(out, tgt_y, norm)
+    def __call__(self, x, y, norm):
+        loss, loss_node = self.loss_compute(x, y, norm)
         self.check()  # the micro-batch before: a GPU has computed its loss by now, so reading it does not wait
         self.previous = (loss.detach(), loss_node.detach(), self.state.step + 1)
         return loss, loss_node
@@ -308,7 +307,8 @@ class _FiniteLoss:
         finite = torch.isfinite(torch.stack([reported.float().sum(), total.float().sum()])).tolist()  # one read
         where = f"at step {step} (epoch {self.epoch + 1}): the run diverged and stopped without saving this epoch"
         if not finite[0]:  # R-Drop, when on, is the likelier cause: its term can be far larger than the loss
-            tries = (f"a smaller --rdrop (now {self.rdrop:g}), " if self.rdrop else "") + "a smaller --factor, a longer --warmup or --max-grad-norm 1"
+            tries = ((f"a smaller --rdrop (now {self.rdrop:g}), " if self.rdrop else "")
+                     + "a smaller --factor, a longer --warmup or --max-grad-norm 1")
             raise TrainingDiverged(f"the training loss is {float(reported.float().sum())} {where}; try {tries}")
         if not finite[1]:  # the label-smoothed loss is finite: what overflowed is the R-Drop term
             raise TrainingDiverged(f"the R-Drop term (--rdrop {self.rdrop:g} times the two passes' KL divergence) is "
@@ -351,16 +351,16 @@ class _Run:
     loss_compute: FastLossCompute  # the label-smoothed loss (validation)
     step_loss: object  # what training backpropagates: the same, or R-Drop's
     vocab_files: dict  # every checkpoint carries the vocabularies
-    precision: str = "fp32"  # what "auto" means on this device: logged with every epoch
+    precision: str  # what "auto" means on this device: logged with every epoch
 
 def _model(cfg: TrainConfig, model_config: ModelConfig,
-           start: ModelConfig | None,  # fine-tuning: what `_check_start` read (None: a new model)
+           init_config: ModelConfig | None,  # fine-tuning: what `_init_config` read (None: a new model)
            device: torch.device):
     "The model with the toolkit's fast layers (`init_from`'s weights when fine-tuning), Adam and equation 3's schedule."
     set_seed(cfg.seed)
     model = speed_up(build_model(model_config))
-    if start is not None:  # fine-tuning (a resumed run loads last/ later)
-        _check_shapes(start, model_config, cfg.init_from)
+    if init_config is not None:  # fine-tuning (a resumed run loads last/ later)
+        _check_shapes(init_config, model_config, cfg.init_from)
         load_weights(model, cfg.init_from)
     model = model.to(device)
     return (model, *make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup))
@@ -370,44 +370,38 @@ def _schedule(cfg: TrainConfig,
               sampler: TokenBucketSampler, optimizer: torch.optim.Optimizer,
               scheduler,  # equation 3's, from `make_optimizer`
               d_model: int,
-              ) -> tuple[object, float, tuple[int, int]]:  # (scheduler, last step a resume may be at, saved schedule)
+              ) -> tuple[object, tuple[float, int, int]]:  # (scheduler, (last step a resume may be at, saved schedule))
     "The run's schedule (equation 3, cooled down over the last epochs), and how far a resume may change it."
-    saved_epochs, saved_cooldown = (resumed["epochs"], resumed.get("cooldown", 0)) if resumed else (cfg.epochs, cfg.cooldown)
+    old_epochs, old_cooldown = ((resumed["epochs"], resumed.get("cooldown", 0)) if resumed
+                                else (cfg.epochs, cfg.cooldown))
     # only a cooldown needs the run's length in steps (counting them cuts every epoch's batches: a second at start-up)
-    steps = planned_steps(sampler, max(cfg.epochs, saved_epochs), cfg.accum_iter) \
-        if cfg.cooldown != 0 or saved_cooldown != 0 else []
+    cooling = cfg.cooldown != 0 or old_cooldown != 0
+    steps = planned_steps(sampler, max(cfg.epochs, old_epochs), cfg.accum_iter) if cooling else []
     cooldown = resolved_cooldown(cfg.cooldown, cfg.epochs, steps, cfg.warmup)
-    saved = (saved_epochs, resolved_cooldown(saved_cooldown, saved_epochs, steps, cfg.warmup))
-    start = _cooldown_start(steps, cfg.epochs, cooldown, cfg.warmup)
+    old_cooldown = resolved_cooldown(old_cooldown, old_epochs, steps, cfg.warmup)
+    cooldown_start = _cooldown_start(steps, cfg.epochs, cooldown, cfg.warmup)
     if cooldown:  # the last `cooldown` epochs take the rate down to 0 in a straight line
-        end = sum(steps[:cfg.epochs])
-        if start >= end:
-            raise ValueError(f"the warmup of {cfg.warmup} steps lasts the whole run of {end} steps, so a cooldown "
-                             "has no steps left: use a shorter --warmup or more --epochs")
-        scheduler = LambdaLR(optimizer, lambda step: cooled_rate(step, d_model, cfg.factor, cfg.warmup, start, end))
+        total_steps = sum(steps[:cfg.epochs])
+        if cooldown_start >= total_steps:
+            raise ValueError(f"the warmup of {cfg.warmup} steps lasts the whole run of {total_steps} steps, so a "
+                             "cooldown has no steps left: use a shorter --warmup or more --epochs")
+        scheduler = LambdaLR(optimizer, lambda step: cooled_rate(step, d_model, cfg.factor, cfg.warmup,
+                                                                 cooldown_start, total_steps))
     # a changed schedule may take over only before the old or the new cooldown begins: else the rate would jump
-    began = min(start, _cooldown_start(steps, *saved, cfg.warmup)) if saved != (cfg.epochs, cooldown) else math.inf
-    return scheduler, began, saved
+    old_cooldown_start = _cooldown_start(steps, old_epochs, old_cooldown, cfg.warmup)
+    changed = (old_epochs, old_cooldown) != (cfg.epochs, cooldown)
+    fixed_from = min(cooldown_start, old_cooldown_start) if changed else math.inf
+    return scheduler, (fixed_from, old_epochs, old_cooldown)
 
 # %% ../nbs/24_train.ipynb #1b2bcb2f
-def _checked_start(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: TranslationData | None,
-                   allow_changed_data: bool,
-                   ) -> tuple[dict | None, ModelConfig | None, TranslationData, dict]:  # (resumed, start, data, fingerprint)
-    "Before anything is built: the run folder (recovered, its settings compared), fine-tuning's start, the data (compared)."
-    resumed = _prepare_out_dir(out, cfg) if info.is_main else None  # the settings the run was saved with
-    if info.world_size > 1:
-        dist.barrier()  # the other ranks read what rank 0 may have just recovered
-    start = _check_start(cfg) if cfg.init_from is not None and not (out / "last").exists() else None  # fine-tuning
-    data = data if data is not None else _load_data(cfg, out, talk)
-    fingerprint = data_fingerprint(data)
-    if info.is_main:
-        _check_data(out, fingerprint, allow_changed_data)  # a resume on other data is refused unless asked for
-    return resumed, start, data, fingerprint
-
-def _prepare(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: TranslationData,
-             resumed: dict | None, start: ModelConfig | None) -> tuple[_Run, float, tuple[int, int]]:
-    "The run's batches, model, optimizer, schedule and losses (with what `_schedule` says of a resume)."
-    vocab_files = vocabulary_texts(data.src_vocab, data.tgt_vocab)  # every checkpoint carries the vocabularies
+def _build(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: TranslationData,
+           resumed: dict | None,  # the settings the run was saved with (None: a new run)
+           init_config: ModelConfig | None,  # fine-tuning: what `_init_config` read (None: a new model)
+           ) -> tuple[_Run, tuple[float, int, int]]:  # (the run, `_schedule`'s limit on a resume)
+    "The run's batches, model, optimizer, schedule and losses."
+    if cfg.rdrop and cfg.dropout() == 0:  # (the command refuses it)
+        warnings.warn("rdrop > 0 with dropout 0: the two passes are one, R-Drop's term is always 0, and each step "
+                      "costs twice; give the model dropout > 0 or set rdrop=0", stacklevel=3)
     model_config = cfg.model_config(len(data.src_vocab), len(data.tgt_vocab), data.shared)
     train_pairs, val_pairs = data.encoded("train"), data.encoded("val")
     _check_lengths(model_config, data, train_pairs, val_pairs, cfg.val_bleu_sentences)  # before any training
@@ -415,44 +409,49 @@ def _prepare(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: Tran
     sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in train_pairs], cfg.max_tokens, seed=cfg.seed,
                                  num_replicas=info.world_size, rank=info.rank)
     val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in val_pairs], cfg.max_tokens, shuffle=False)
-    model, optimizer, scheduler = _model(cfg, model_config, start, info.device)
-    scheduler, began, saved_schedule = _schedule(cfg, resumed, sampler, optimizer, scheduler, model.config.d_model)
+    model, optimizer, scheduler = _model(cfg, model_config, init_config, info.device)
+    scheduler, limit = _schedule(cfg, resumed, sampler, optimizer, scheduler, model.config.d_model)
     loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)))
     step_loss = RDropLoss(model.generator, loss_compute.criterion, cfg.rdrop) if cfg.rdrop else loss_compute
     step_model = model if info.world_size == 1 else \
         DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
-    run = _Run(cfg, info, out, talk, data, train_pairs, val_pairs, sampler, val_sampler, model, step_model, optimizer,
-               scheduler, loss_compute, step_loss, vocab_files)
-    return run, began, saved_schedule
+    precision = resolve_precision(info.device, cfg.precision)
+    if talk:
+        print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
+              f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
+              f"{info.world_size} process(es) on {info.device}, precision {precision}")
+    vocab_files = vocabulary_texts(data.src_vocab, data.tgt_vocab)  # every checkpoint carries the vocabularies
+    return _Run(cfg, info, out, talk, data, train_pairs, val_pairs, sampler, val_sampler, model, step_model, optimizer,
+                scheduler, loss_compute, step_loss, vocab_files, precision), limit
 
 def _resume(run: _Run,
-            began: float,  # the last step at which the schedule may change (`_schedule`)
-            saved_schedule: tuple[int, int],  # the epochs and cooldown the run was started with
-            ) -> tuple[TrainState, dict]:  # (counters, the position and best score saved with last/)
+            limit: tuple[float, int, int],  # `_schedule`'s: the last step a resume may be at, the run's first schedule
+            ) -> tuple[TrainState, dict]:  # (counters, where last/ stands: epoch, batches_done and best score)
     "Resume where an interrupted run stopped: weights, optimizer, schedule, counters, random generators."
     cfg, out = run.cfg, run.out
-    state, saved = TrainState(), {"epoch": -1, "best": -math.inf}
+    state, position = TrainState(), {"epoch": -1}
     if (out / "last").exists():
-        state, saved = load_checkpoint(out / "last", run.model, run.optimizer, run.scheduler)
+        state, position = load_checkpoint(out / "last", run.model, run.optimizer, run.scheduler)
         if run.talk:
-            print(f"resuming from {out / 'last'} at step {state.step}: epoch {saved['epoch'] + 2}, "
-                  f"{saved.get('batches_done', 0)} batches into it")
-    if state.step > began:  # the rate has left equation 3 (or would now): a new schedule would make it jump
-        raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({began}): "
-                         f"resume it with --epochs {saved_schedule[0]} --cooldown {saved_schedule[1]}, "
-                         "as it was started")
-    if saved["epoch"] + 1 >= cfg.epochs and run.talk:
+            print(f"resuming from {out / 'last'} at step {state.step}: epoch {position['epoch'] + 2}, "
+                  f"{position.get('batches_done', 0)} batches into it")
+    fixed_from, old_epochs, old_cooldown = limit
+    if state.step > fixed_from:  # the rate has left equation 3 (or would now): a new schedule would make it jump
+        raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({fixed_from}): "
+                         f"resume it with --epochs {old_epochs} --cooldown {old_cooldown}, as it was started")
+    if position["epoch"] + 1 >= cfg.epochs and run.talk:
         print(f"the run in {out} has already finished its {cfg.epochs} epochs; to train longer, run it again "
               f"with a larger --epochs (the checkpoints are in {out})")
     elif cfg.max_steps is not None and state.step >= cfg.max_steps and run.talk:
         print(f"the run in {out} has already made its {cfg.max_steps} steps; to train longer, run it again "
               f"with a larger --max-steps (the checkpoints are in {out})")
-    return state, saved
+    return state, {"batches_done": 0, "best": -math.inf, **position}
 
 # %% ../nbs/24_train.ipynb #cfc91c05
 def _saved_config(cfg: TrainConfig, epoch: int, partial: bool) -> dict:
-    "What a checkpoint's config.json says of its run: the languages, the settings and the epochs done (a partial one not counted)."
-    return {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg), "epoch": epoch if partial else epoch + 1}
+    "What a checkpoint's config.json says of its run: the languages, the settings and the epochs done (whole ones)."
+    return {"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang, "train": asdict(cfg),
+            "epoch": epoch if partial else epoch + 1}
 
 def _stop(run: _Run, epoch: int, state: TrainState, best: float, batches_done: int) -> None:
     "Save last/ where the epoch stands (resuming skips the batches trained), then raise `TrainingStopped`."
@@ -466,7 +465,7 @@ def _stop(run: _Run, epoch: int, state: TrainState, best: float, batches_done: i
                           f"the checkpoint is in {run.out / 'last'}: run the same command again to resume")
 
 def _save_epoch(run: _Run, epoch: int, state: TrainState, record: dict, best: float) -> float:  # the best score now
-    "Write epoch_NNN/ and best/ (weights only), then last/ (everything to resume) and the epoch's line of history.jsonl."
+    "Write epoch_NNN/ and best/ (weights only), then last/ (everything to resume) and the epoch's history.jsonl line."
     cfg, out, partial = run.cfg, run.out, record.get("partial", False)
     extra_config = _saved_config(cfg, epoch, partial)
     score = record["val_bleu"] if record["val_bleu"] is not None else -record["val_loss"]  # higher is better
@@ -482,7 +481,6 @@ def _save_epoch(run: _Run, epoch: int, state: TrainState, record: dict, best: fl
     with open(out / "history.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
     return best
-
 
 # %% ../nbs/24_train.ipynb #63118ff1
 def _epoch(run: _Run, epoch: int, state: TrainState,
@@ -503,14 +501,14 @@ def _epoch(run: _Run, epoch: int, state: TrainState,
     train_loss, state = train_epoch(train_batches, run.step_model, finite_loss, run.optimizer, run.scheduler,
                                     accum_iter=cfg.accum_iter, train_state=state, max_grad_norm=cfg.max_grad_norm,
                                     precision=cfg.precision, progress=run.talk, total=len(run.sampler),
-                                    desc=f"epoch {epoch + 1}/{cfg.epochs}", loss_norm=global_token_norm(info), stop=stop)
+                                    desc=f"epoch {epoch + 1}/{cfg.epochs}", loss_norm=global_token_norm(info),
+                                    stop=stop)
     finite_loss.check()  # the epoch's last micro-batch
     batches_done = done_before + state.accum_step - batches_before
     partial = batches_done < len(run.sampler)  # max_steps ended the epoch early: a longer run goes on inside it
     if stop():  # Ctrl-C, SIGTERM or SIGHUP
         _stop(run, epoch, state, best, batches_done)
-    val_loss, _ = train_epoch(batches(run.val_pairs, run.val_sampler), run.model, run.loss_compute, mode="eval",
-                              precision=cfg.precision, progress=False)
+    val_loss = validation_loss(batches(run.val_pairs, run.val_sampler), run.model, run.loss_compute, cfg.precision)
     seconds = time.perf_counter() - t0
     val_bleu = validation_bleu(run.model, run.data, cfg.val_bleu_sentences) if info.is_main else None
     record = dict(epoch=epoch + 1, train_loss=train_loss, val_loss=val_loss, val_bleu=val_bleu, step=state.step,
@@ -532,30 +530,32 @@ def train(cfg: TrainConfig,  # the run's settings
           device: str | None = None,  # default: best available (or the process's GPU under torchrun)
           progress: bool = True,  # progress bars and per-epoch lines (rank 0 only)
           data: TranslationData | None = None,  # reuse already-built data and vocabularies
-          allow_changed_data: bool = False,  # resume even if the training or validation pairs changed since the run began
+          allow_changed_data: bool = False,  # resume even if the training or validation pairs changed since then
           ) -> list[dict]:  # one record per epoch run: losses, BLEU, time, steps
-    "Train a translation model as configured (from `init_from`'s weights if given); resumes from out_dir/last if present."
+    "Train a translation model as configured (from `init_from`'s weights if given); resume from out_dir/last if there."
     info = setup_distributed(device)
     out, talk = Path(cfg.out_dir), progress and info.is_main
     with run_lock(out, info.is_main), stop_on_signals(info) as stop:
-        resumed, start, data, fingerprint = _checked_start(cfg, info, out, talk, data, allow_changed_data)
-        if cfg.rdrop and cfg.dropout() == 0:  # (the command refuses it)
-            warnings.warn("rdrop > 0 with dropout 0: the two passes are one, R-Drop's term is always 0, and each step "
-                          "costs twice; give the model dropout > 0 or set rdrop=0", stacklevel=2)
-        run, began, saved_schedule = _prepare(cfg, info, out, talk, data, resumed, start)
-        state, saved = _resume(run, began, saved_schedule)
+        # set up: the run folder, recovered, with the settings of the run it holds (refused if they differ)
+        resumed = _prepare_out_dir(out, cfg) if info.is_main else None
+        if info.world_size > 1:
+            dist.barrier()  # the other ranks read what rank 0 may have just recovered
+        fine_tuning = cfg.init_from is not None and not (out / "last").exists()
+        init_config = _init_config(cfg) if fine_tuning else None  # checked before its vocabularies are read
+        # load the data, with the vocabularies the run must keep: a resume on other data is refused unless asked for
+        data = data if data is not None else _load_data(cfg, out, talk)
+        fingerprint = data_fingerprint(data)
+        if info.is_main:
+            _check_data(out, fingerprint, allow_changed_data)
+        run, limit = _build(cfg, info, out, talk, data, resumed, init_config)
+        state, position = _resume(run, limit)
         if info.is_main:
             _save_settings(out, cfg, fingerprint)  # every check passed: from here on this folder holds these settings
-        run.precision = resolve_precision(info.device, cfg.precision)  # what "auto" means here: logged with every epoch
-        if talk:
-            print(f"{sum(p.numel() for p in run.model.parameters()) / 1e6:.1f}M parameters, vocabularies "
-                  f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(run.sampler)} batches per epoch per process, "
-                  f"{info.world_size} process(es) on {info.device}, precision {run.precision}")
-        history, start_epoch, best = [], saved["epoch"] + 1, saved.get("best", -math.inf)  # best: val BLEU (or -loss)
-        for epoch in range(start_epoch, cfg.epochs):
+        history, best, first = [], position["best"], position["epoch"] + 1
+        for epoch in range(first, cfg.epochs):  # each one trained, validated and saved
             if cfg.max_steps is not None and state.step >= cfg.max_steps:
                 break
-            done_before = saved.get("batches_done", 0) if epoch == start_epoch else 0  # trained before a stop
+            done_before = position["batches_done"] if epoch == first else 0  # trained before a stop
             record, state, best = _epoch(run, epoch, state, done_before, best, stop)
             history.append(record)
     if info.world_size > 1:

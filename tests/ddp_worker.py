@@ -10,7 +10,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from annotated_transformer.data import collate
 from annotated_transformer.model import ModelConfig, build_model
-from annotated_transformer.train import global_token_norm, setup_distributed
+from annotated_transformer.distributed import global_token_norm, setup_distributed
 from annotated_transformer.devices import set_seed
 from annotated_transformer.loop import train_epoch
 from annotated_transformer.training import LabelSmoothing, SimpleLossCompute, make_optimizer

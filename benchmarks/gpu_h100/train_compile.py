@@ -40,12 +40,10 @@ from annotated_transformer.train import train
 def compiled_steps():
     "Inside: `train`'s training passes go through `torch.compile(model, dynamic=True)` (one compiled module per model)."
     compiled = {}
-    def train_epoch_compiled(data_iter, model, *args, mode="train", **kwargs):
-        if mode == "train":
-            if id(model) not in compiled:
-                compiled[id(model)] = torch.compile(model, dynamic=True)
-            model = compiled[id(model)]
-        return train_epoch(data_iter, model, *args, mode=mode, **kwargs)
+    def train_epoch_compiled(data_iter, model, *args, **kwargs):
+        if id(model) not in compiled:
+            compiled[id(model)] = torch.compile(model, dynamic=True)
+        return train_epoch(data_iter, compiled[id(model)], *args, **kwargs)
     with mock.patch.object(annotated_transformer.train, "train_epoch", train_epoch_compiled):
         yield
 
