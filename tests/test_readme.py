@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 import venv
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest

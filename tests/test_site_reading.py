@@ -9,14 +9,12 @@ import os
 import re
 import sys
 import tomllib
-from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_docs_site import ROOT, SITE, browser, expected_charts, pages, site_url, wait_for_charts  # noqa: E402,F401
+from conftest import ROOT, SITE, expected_charts, pages, wait_for_charts
 
 LAPTOP = {"viewport": {"width": 1280, "height": 800}}
 WIDE_LAPTOP = {"viewport": {"width": 1366, "height": 768}}
@@ -383,8 +381,8 @@ def test_page_weight_on_a_first_visit(site_url, browser):
     assert not heavy, "\n".join(heavy)
 
 
-def test_no_build_cache_in_the_published_site():
-    leftovers = [p.name for p in SITE.iterdir() if p.name in (".doctrees", ".buildinfo", "_sources")]
+def test_no_build_cache_in_the_published_site(site):
+    leftovers = [p.name for p in site.iterdir() if p.name in (".doctrees", ".buildinfo", "_sources")]
     assert not leftovers, f"build files in the published folder: {leftovers}"
 
 
