@@ -6,13 +6,15 @@ at ../shared/data/multi30k when that folder exists (CI, offline).
 
 Commands: `cli` runs `annotated-transformer` as a user runs it, in a process of its own; `command` runs the command's
 `main` in this process (no start-up cost); `one_line` checks a refusal by its exit status, its single line and the key
-words it must name; `snapshot` tells whether a folder was left as it was.
+words it must name; `snapshot` tells whether a folder was left as it was; `script` imports a script of tools/ or
+benchmarks/.
 
 The site: `site` is the built documentation site (built once if missing, never skipped), `site_url` serves it on
 127.0.0.1 and `browser` is Debian's Chromium driven by Playwright. Every test that uses `site` or `browser` gets the
 marker `browser`: CI runs them, and `pytest -m "not browser"` leaves them out."""
 import functools
 import http.server
+import importlib.util
 import json
 import os
 import re
@@ -69,6 +71,18 @@ def one_line(result, status: int, *says: str) -> str:
     return err
 
 
+@functools.cache
+def script(path: str):
+    "A script of the repository (`tools/build_docs.py`, `benchmarks/train_step.py`) imported as a module, once."
+    file = ROOT / path
+    if str(file.parent) not in sys.path:  # as when it runs: its folder's other scripts are importable
+        sys.path.insert(0, str(file.parent))
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = sys.modules[file.stem] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def snapshot(folder: Path) -> dict:
     "Every file under `folder` with its bytes: two equal snapshots mean nothing was written, changed or removed."
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -82,6 +96,7 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers
 def pytest_collection_modifyitems(items):
     for item in items:
         if {"site", "browser"} & set(item.fixturenames):

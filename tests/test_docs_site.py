@@ -5,13 +5,12 @@ every internal link resolves. A missing Chromium or site build is a failure, nev
 import html as html_lib
 import json
 import re
-import sys
 from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-from conftest import ROOT, SITE, expected_charts, pages, wait_for_charts
+from conftest import ROOT, SITE, expected_charts, pages, script, wait_for_charts
 
 
 def test_every_page_loads_cleanly_and_offline(site_url, browser):
@@ -174,8 +173,7 @@ def test_api_reference_shows_the_parameter_comments(site):
 
 def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
     "Names and punctuation lose their spans only where pygments.css colours them as the code's own text, in both themes."
-    sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import unwrap_plain_tokens
+    unwrap_plain_tokens = script("tools/build_docs.py").unwrap_plain_tokens
     block = ('<div class="highlight"><pre><span class="n">x</span> <span class="o">=</span> '
              '<span class="n">f</span><span class="p">(</span><span class="mi">1</span><span class="p">)</span></pre></div>')
     prose = '<p><span class="n">not code</span></p>'
@@ -203,8 +201,7 @@ def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
 
 def test_navigation_comes_from_the_pages_numbers(tmp_path):
     "A page's tens digit is its part, its number its place; a page without a number, or sharing one, stops the build."
-    sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import navigation
+    navigation = script("tools/build_docs.py").navigation
     (tmp_path / "nbs").mkdir(), (tmp_path / "docs").mkdir()
     for name in ("index", "02_b", "01_a", "10_c"):
         (tmp_path / "nbs" / f"{name}.ipynb").write_text("{}")
@@ -225,12 +222,11 @@ def test_navigation_comes_from_the_pages_numbers(tmp_path):
 
 def test_old_page_addresses_lead_to_the_new_pages(site_url, browser):
     "Every address a page had before the book was renumbered opens the page it became, at the same section."
-    sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import MOVED, site_pages
-    current = site_pages()
-    assert not MOVED.keys() & current.keys() and set(MOVED.values()) <= current.keys()
+    build_docs = script("tools/build_docs.py")
+    current = build_docs.site_pages()
+    assert not build_docs.MOVED.keys() & current.keys() and set(build_docs.MOVED.values()) <= current.keys()
     page = browser.new_page()
-    for old, new in MOVED.items():
+    for old, new in build_docs.MOVED.items():
         page.goto(f"{site_url}{old}.html#top")
         page.wait_for_url(f"**/{new}.html#top")
     page.close()

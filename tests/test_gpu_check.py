@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables are written)
+from conftest import ROOT, script
+
+read_tables = script("benchmarks/train_step.py").read_tables  # the benchmark's reader of the tables it writes
 
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
 GPU_RUNS = ROOT / "benchmarks" / "gpu_h100"  # the logs and epochs of the runs made on H100 machines

@@ -3,7 +3,6 @@ the same token ids and text as `SubwordVocab`, the same greedy and beam translat
 float32, the same attention weights as `capture_attention`; the page fetches no weights before the reader presses
 Translate, keeps them for the next visit, and answers bad input with a message. A missing Chromium or site build is a
 failure, never a skip."""
-import importlib.util
 import json
 import shutil
 
@@ -16,7 +15,7 @@ from annotated_transformer.decoding import Translator, beam_search, greedy_decod
 from annotated_transformer.model import subsequent_mask
 from annotated_transformer.subwords import readable_pieces
 
-from conftest import ROOT, SITE
+from conftest import SITE, script
 
 GREEDY_SENTENCES = 100  # test2016 sentences translated by both
 GREEDY_TIE = 1e-3  # a differing greedy word is allowed only where the package's two candidates are this close in logit
@@ -200,9 +199,7 @@ def test_bad_input_gets_a_message_in_the_page(site_url, browser):
 
 
 def test_docs_build_refuses_a_model_that_does_not_match_its_manifest(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("build_docs", ROOT / "tools" / "build_docs.py")
-    build_docs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build_docs)
+    build_docs = script("tools/build_docs.py")
     model = tmp_path / "model"
     shutil.copytree(shipped_model_dir(), model)
     monkeypatch.setattr(build_docs, "LIVE_MODEL", model)

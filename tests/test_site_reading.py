@@ -7,14 +7,13 @@ import io
 import json
 import os
 import re
-import sys
 import tomllib
 from types import SimpleNamespace
 from urllib.parse import urlparse
 
 import pytest
 
-from conftest import ROOT, SITE, expected_charts, pages, wait_for_charts
+from conftest import ROOT, SITE, expected_charts, pages, script, wait_for_charts
 
 LAPTOP = {"viewport": {"width": 1280, "height": 800}}
 WIDE_LAPTOP = {"viewport": {"width": 1366, "height": 768}}
@@ -423,9 +422,7 @@ def test_architecture_figure_is_legible_on_a_phone_and_drawn_as_built(site_url, 
 
 
 def test_architecture_figure_file_is_what_the_tool_draws():
-    sys.path.insert(0, str(ROOT / "tools"))
-    import draw_architecture
-    assert (ROOT / "docs" / "architecture.svg").read_text() == draw_architecture.figure() + "\n"
+    assert (ROOT / "docs" / "architecture.svg").read_text() == script("tools/draw_architecture.py").figure() + "\n"
 
 
 # --- Colab ------------------------------------------------------------------------------------------------------
