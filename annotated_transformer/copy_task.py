@@ -67,7 +67,7 @@ def _epoch_data(cfg: CopyTaskConfig, epoch: int, split: str):
     n = cfg.batches_per_epoch if split == "train" else 5
     return copy_batches(cfg.vocab, cfg.batch_size, n, cfg.seq_len, g)
 
-def train_copy_task(cfg: CopyTaskConfig = CopyTaskConfig(),  # run settings
+def train_copy_task(cfg: CopyTaskConfig,  # run settings
                     checkpoint_dir: str | Path | None = None,  # write a resumable checkpoint here each epoch
                     device: str | torch.device | None = None,  # default: `default_device()`
                     progress: bool = True,  # progress bars and per-epoch lines

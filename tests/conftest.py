@@ -1,12 +1,32 @@
-"""Shared fixtures. The Multi30k files are found as the library finds them ($ANNOTATED_TRANSFORMER_DATA, the
-user cache, the copy bundled with the package for test2016, then a verified download); `tools/check.sh`
-points $ANNOTATED_TRANSFORMER_DATA at ../shared/data/multi30k when that folder exists (CI, offline)."""
+"""Shared fixtures and helpers.
+
+Data: the Multi30k files are found as the library finds them ($ANNOTATED_TRANSFORMER_DATA, the user cache, the copy
+bundled with the package for test2016, then a verified download); `tools/check.sh` points $ANNOTATED_TRANSFORMER_DATA
+at ../shared/data/multi30k when that folder exists (CI, offline).
+
+Commands: `cli` runs `annotated-transformer` as a user runs it, in a process of its own; `command` runs the command's
+`main` in this process (no start-up cost); `one_line` checks a refusal by its exit status, its single line and the key
+words it must name; `snapshot` tells whether a folder was left as it was; `script` imports a script of tools/ or
+benchmarks/.
+
+The site: `site` is the built documentation site (built once if missing, never skipped), `site_url` serves it on
+127.0.0.1 and `browser` is Debian's Chromium driven by Playwright. Every test that uses `site` or `browser` gets the
+marker `browser`: CI runs them, and `pytest -m "not browser"` leaves them out."""
+import functools
+import http.server
+import importlib.util
+import json
 import os
+import re
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 if not os.environ.get("ANNOTATED_TRANSFORMER_DATA") and SHARED.is_dir():  # `pytest` run on its own, beside CI's data
     os.environ["ANNOTATED_TRANSFORMER_DATA"] = str(SHARED)
 
@@ -19,3 +39,130 @@ def multi30k():
         return ensure_multi30k(progress=False)
     except DataError as e:
         pytest.fail(f"Multi30k is not reachable: {e}", pytrace=False)
+
+
+# ---------------------------------------------------------------- commands
+
+def cli(*args, stdin=None, env=None, cwd=None, **kwargs) -> subprocess.CompletedProcess:
+    "Run `annotated-transformer ARGS` as a user runs it: a process of its own, without progress bars, on one thread."
+    return subprocess.run([sys.executable, "-m", "annotated_transformer.cli", *args], input=stdin, capture_output=True,
+                          cwd=cwd, env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
+                          **{"timeout": 600, **kwargs})
+
+
+def command(capsys, *args) -> tuple[int, str, str]:
+    "Run `annotated-transformer ARGS` in this process, through the command's `main`: (status, stdout, stderr)."
+    from annotated_transformer import cli as commands
+    status = commands.main([*args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def one_line(result, status: int, *says: str) -> str:
+    "`result` (of `cli` or `command`) ended with `status` and one line of stderr, no traceback, naming each of `says`."
+    if isinstance(result, subprocess.CompletedProcess):
+        got, err = result.returncode, result.stderr if isinstance(result.stderr, str) else result.stderr.decode()
+    else:
+        got, _, err = result
+    assert got == status, (got, err[-3000:])
+    assert err.strip().count("\n") == 0 and "Traceback" not in err, err[-3000:]
+    for word in says:
+        assert word in err, (word, err)
+    return err
+
+
+@functools.cache
+def script(path: str):
+    "A script of the repository (`tools/build_docs.py`, `benchmarks/train_step.py`) imported as a module, once."
+    file = ROOT / path
+    if str(file.parent) not in sys.path:  # as when it runs: its folder's other scripts are importable
+        sys.path.insert(0, str(file.parent))
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = sys.modules[file.stem] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def snapshot(folder: Path) -> dict:
+    "Every file under `folder` with its bytes: two equal snapshots mean nothing was written, changed or removed."
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- the documentation site in a browser
+
+SITE = Path(os.environ.get("ANNOTATED_TRANSFORMER_SITE", ROOT / "site"))
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if {"site", "browser"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def site() -> Path:
+    "The built site, with the in-browser translator's model: built now when missing, rather than skipped."
+    if not (SITE / "index.html").exists() or not (SITE / "_static" / "live" / "model" / "model.safetensors").exists():
+        subprocess.run([sys.executable, str(ROOT / "tools" / "build_docs.py"), "--out", str(SITE)], check=True)
+    return SITE
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def site_url(site):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: install Debian's chromium package"
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def pages():
+    "The site's pages, without the small pages that send nbdev's links (`attention.html#...`) on to their target."
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.glob("*.html")
+                  if "<title>Redirecting</title>" not in p.read_text()[:200])
+
+
+def expected_charts(page_name: str) -> list[str]:
+    "Element ids of the Altair charts saved in the outputs of the page's notebook (cells hidden on the site excluded)."
+    nb = ROOT / "nbs" / page_name.replace(".html", ".ipynb")
+    if not nb.exists():
+        return []
+    ids = []
+    for cell in json.loads(nb.read_text())["cells"]:
+        if cell["cell_type"] != "code" or "".join(cell["source"]).lstrip().startswith("#| hide"):
+            continue
+        for output in cell.get("outputs", []):
+            html = "".join(output.get("data", {}).get("text/html", []))
+            ids += re.findall(r'<div id="(altair-viz-[0-9a-f]+)"></div>', html)
+    return ids
+
+
+def wait_for_charts(page, name: str, timeout_ms: int = 30000) -> None:
+    "Wait until every chart the notebook saved has drawn (an svg or canvas inside it); name the first that never does."
+    ids = expected_charts(name)
+    for chart_id in ids:
+        # drawn, and sized to its column (docs/charts.js marks the chart data-fitted once its last drawing is done)
+        drawn = page.locator(f"#{chart_id}[data-fitted] svg, #{chart_id}[data-fitted] canvas").first
+        try:
+            drawn.wait_for(state="attached", timeout=timeout_ms)
+        except Exception:
+            pytest.fail(f"{name}: chart #{chart_id} never drew within {timeout_ms / 1000:.0f} s", pytrace=False)
+    assert page.locator(".vega-embed").count() == len(ids), f"{name}: {len(ids)} charts expected"

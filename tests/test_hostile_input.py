@@ -14,21 +14,7 @@ import pytest
 
 from annotated_transformer.decoding import shipped_model_dir
 from annotated_transformer.train import run_lock
-
-
-def cli(*args, stdin=None, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "annotated_transformer.cli", *args], input=stdin, capture_output=True,
-                          cwd=cwd, timeout=300, env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})})
-
-
-def one_line(res, status, *says):
-    "The command ended with `status` and one line of stderr that contains every one of `says`."
-    err = res.stderr.decode()
-    assert res.returncode == status, (res.returncode, err[-3000:])
-    assert err.strip().count("\n") == 0 and "Traceback" not in err, err[-3000:]
-    for text in says:
-        assert text in err, (text, err)
-    return err
+from conftest import cli, command, one_line, snapshot
 
 
 # ---------------------------------------------------------------- corpora
@@ -50,25 +36,25 @@ def test_corpus_errors_name_the_file_and_exit_2(tmp_path):
     good = "ein Hund\nzwei Katzen\n"
     cases = []
     c = corpus(tmp_path / "empty", "", "")
-    cases.append((c, [f"{c / 'train.de'} is empty"]))
+    cases.append((c, [str(c / "train.de"), "empty"]))
     c = corpus(tmp_path / "counts", good, "a dog\n")
-    cases.append((c, [f"{c / 'train.en'} has 1 lines, expected 2 as in {c / 'train.de'}; they must be aligned"]))
+    cases.append((c, [str(c / "train.en"), "aligned"]))
     c = corpus(tmp_path / "gz", good, "a dog\ntwo cats\n")
     (c / "train.de").unlink()
     (c / "train.de.gz").write_bytes(gzip.compress(good.encode())[:-10])  # truncated
-    cases.append((c, [f"cannot read {c / 'train.de.gz'}"]))
+    cases.append((c, [str(c / "train.de.gz")]))
     c = corpus(tmp_path / "nolang", good, "a dog\ntwo cats\n")
     (c / "train.en").unlink()
-    cases.append((c, [f"missing {c / 'train.en'}"]))
+    cases.append((c, [str(c / "train.en"), "missing"]))
     c = corpus(tmp_path / "utf", "x\n", "a dog\n")
     (c / "train.de").write_bytes(b"ein \xff Hund\n")
-    cases.append((c, [f"cannot read {c / 'train.de'}: not UTF-8 text"]))
+    cases.append((c, [str(c / "train.de"), "UTF-8"]))
     for folder, says in cases:
         one_line(train_on(tmp_path, folder), 2, *says)
     not_a_folder = tmp_path / "afile"
     not_a_folder.write_text("x")
     one_line(cli("evaluate", "--split", "val", "--limit", "2", env={"ANNOTATED_TRANSFORMER_DATA": str(not_a_folder)}),
-             2, f"ANNOTATED_TRANSFORMER_DATA {not_a_folder} is a file")
+             2, "ANNOTATED_TRANSFORMER_DATA", str(not_a_folder))
 
 
 def test_a_line_separator_inside_sentences_keeps_the_pairs_aligned(tmp_path):
@@ -84,18 +70,16 @@ def test_a_line_separator_inside_sentences_keeps_the_pairs_aligned(tmp_path):
 
 # ---------------------------------------------------------------- options and the environment
 
-@pytest.mark.parametrize("name,value,says", [
-    ("ANNOTATED_TRANSFORMER_DEVICE", "banana", "environment variable ANNOTATED_TRANSFORMER_DEVICE: expected cpu"),
-    ("WORLD_SIZE", "two", "environment variable WORLD_SIZE: expected a whole number >= 1, got 'two'"),
-])
-def test_odd_environment_values_are_one_line_exit_2(name, value, says):
-    one_line(cli("translate", "x", env={name: value}), 2, says)
+@pytest.mark.parametrize("name,value", [
+    ("ANNOTATED_TRANSFORMER_DEVICE", "banana"), ("WORLD_SIZE", "two")])
+def test_odd_environment_values_are_one_line_exit_2(name, value):
+    one_line(cli("translate", "x", env={name: value}), 2, name)
 
 
 def test_a_path_too_long_for_the_file_system_is_named(tmp_path):
     long = str(tmp_path / ("y" * 300))
-    one_line(cli("translate", "--checkpoint", long, "x"), 2, f"{long}: File name too long")
-    one_line(cli("average", "--inputs", str(shipped_model_dir()), "--out", long + "/avg"), 2, f"{long}")
+    one_line(cli("translate", "--checkpoint", long, "x"), 2, long)
+    one_line(cli("average", "--inputs", str(shipped_model_dir()), "--out", long + "/avg"), 2, long)
 
 
 # ---------------------------------------------------------------- stdin and stdout
@@ -141,17 +125,14 @@ def test_ctrl_c_while_the_command_is_loading_is_one_line_and_130():
               "builtins.__import__ = importing\n"
               "from annotated_transformer.cli import main\n"
               "raise SystemExit(main())\n")
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
-    assert res.returncode == 130, res.stderr.decode()[-2000:]
-    assert res.stderr.decode() == "annotated-transformer: interrupted\n"
+    one_line(subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300), 130, "interrupted")
 
 
 def test_ctrl_c_while_a_command_runs_is_one_line_and_130(capsys):
     from unittest import mock
-    from annotated_transformer import cli as command
-    with mock.patch.object(command.Translator, "from_checkpoint", side_effect=KeyboardInterrupt):
-        assert command.main(["translate", "x"]) == 130
-    assert capsys.readouterr().err == "annotated-transformer translate: interrupted\n"
+    from annotated_transformer import cli as commands
+    with mock.patch.object(commands.Translator, "from_checkpoint", side_effect=KeyboardInterrupt):
+        one_line(command(capsys, "translate", "x"), 130, "interrupted")
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -167,21 +148,21 @@ def model_copy(tmp_path):
 
 def test_a_checkpoint_without_manifest_needs_trust(model_copy):
     (model_copy / "manifest.json").unlink()
-    one_line(cli("translate", "--checkpoint", str(model_copy), "Ein Hund."), 2, "has no manifest.json", "--trust")
+    one_line(cli("translate", "--checkpoint", str(model_copy), "Ein Hund."), 2, "manifest.json", "--trust")
     res = cli("translate", "--checkpoint", str(model_copy), "--trust", "--beam-size", "1", "Ein Hund.")
     assert res.returncode == 0 and res.stdout.decode().strip(), res.stderr.decode()
 
 
 @pytest.mark.parametrize("key,value,says", [
-    ("d_model", 4096, "do not belong together"),  # refused from the file headers, before any memory is allocated
-    ("d_model", "garbage", "model.d_model is 'garbage'"),
-    ("max_len", 10**9, "model.max_len is 1000000000, more than 65536"),
+    ("d_model", 4096, "model.safetensors"),  # refused from the file headers, before any memory is allocated
+    ("d_model", "garbage", "d_model"),
+    ("max_len", 10**9, "max_len"),
 ])
 def test_an_edited_config_is_refused_before_building(model_copy, key, value, says):
     config = json.loads((model_copy / "config.json").read_text())
     config["model"][key] = value
     (model_copy / "config.json").write_text(json.dumps(config))
-    one_line(cli("translate", "--checkpoint", str(model_copy), "Ein Hund."), 2, "config.json is not the file")
+    one_line(cli("translate", "--checkpoint", str(model_copy), "Ein Hund."), 2, "config.json")
     (model_copy / "manifest.json").unlink()
     one_line(cli("translate", "--checkpoint", str(model_copy), "--trust", "Ein Hund."), 2, says)
 
@@ -191,7 +172,7 @@ def test_integer_weights_are_refused(model_copy):
     f = model_copy / "model.safetensors"
     save_file({k: v.long() for k, v in load_file(str(f)).items()}, str(f))
     (model_copy / "manifest.json").unlink()
-    one_line(cli("translate", "--checkpoint", str(model_copy), "--trust", "Ein Hund."), 2, "weights must be stored as floating point")
+    one_line(cli("translate", "--checkpoint", str(model_copy), "--trust", "Ein Hund."), 2, "floating point")
 
 
 def fake_run(folder: Path) -> Path:
@@ -202,25 +183,20 @@ def fake_run(folder: Path) -> Path:
     return folder
 
 
-def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_commands_do_not_write_into_a_run(tmp_path):
     run = fake_run(tmp_path / "run")
     before = snapshot(run)
     one_line(cli("copy-task", "--out", str(run / "last"), "--epochs", "1", "--batches-per-epoch", "1", "--threads", "1"),
-             2, "belongs to the training run in")
-    one_line(cli("average", "--inputs", str(run / "epoch_001"), "--out", str(run / "epoch_002")),
-             2, "belongs to the training run in")
-    one_line(cli("average", "--run-dir", str(run), "--last", "1", "--out", str(run / "best")), 2, "belongs to the training run in")
+             2, "training run")
+    one_line(cli("average", "--inputs", str(run / "epoch_001"), "--out", str(run / "epoch_002")), 2, "training run")
+    one_line(cli("average", "--run-dir", str(run), "--last", "1", "--out", str(run / "best")), 2, "training run")
     assert snapshot(run) == before
 
 
 def test_copy_task_does_not_replace_a_translation_checkpoint(model_copy):
     before = snapshot(model_copy)
     one_line(cli("copy-task", "--out", str(model_copy), "--epochs", "1", "--batches-per-epoch", "1", "--threads", "1"),
-             2, "holds a translation checkpoint")
+             2, "translation")
     assert snapshot(model_copy) == before
 
 
@@ -233,7 +209,7 @@ def test_averaging_refuses_different_vocabularies(tmp_path):
     model = load_model(shipped_model_dir())
     save_model(model, tmp_path / "other", files={"tokenizer.json": json.dumps(tokenizer, ensure_ascii=False)})
     one_line(cli("average", "--inputs", str(shipped_model_dir()), str(tmp_path / "other"), "--out", str(tmp_path / "avg")),
-             2, "has other vocabularies than")
+             2, "vocabularies")
     assert not (tmp_path / "avg").exists()
 
 

@@ -20,39 +20,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from annotated_transformer import cli
-from annotated_transformer.checkpoint import (MANIFEST_FILE, WEIGHTS_FILE, check_manifest, load_model, save_model,
+from annotated_transformer.checkpoint import (MANIFEST_FILE, WEIGHTS_FILE, check_manifest, save_model,
                                               writing_folder)
 from annotated_transformer.decoding import Translator, load_ensemble, shipped_model_dir
 from annotated_transformer.evaluation import average_checkpoints
 from annotated_transformer.model import make_model
 from annotated_transformer.train import TrainConfig
 
-from test_hostile_training import PAIRS, corpus  # noqa: E402  (the small corpus of the earlier round)
+from conftest import cli as process, command, one_line, snapshot
+from test_hostile_training import corpus  # the small corpus of the earlier round
 TOKENIZER = (shipped_model_dir() / "tokenizer.json").read_text()
-
-
-def command(capsys, *args) -> tuple[int, str, str]:
-    "Run `annotated-transformer ARGS` in this process: (status, stdout, stderr)."
-    status = cli.main([*args])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def one_line(result, status, *says):
-    "The command ended with `status` and one line of stderr that contains every one of `says`."
-    got, _, err = result
-    assert got == status, (got, err[-3000:])
-    assert err.strip().count("\n") == 0 and "Traceback" not in err, err[-3000:]
-    for text in says:
-        assert text in err, (text, err)
-    return err
-
-
-def process(*args, env=None, **kwargs) -> subprocess.CompletedProcess:
-    "Run `annotated-transformer ARGS` as a new process (TQDM off, one thread)."
-    return subprocess.run([sys.executable, "-m", "annotated_transformer.cli", *args], capture_output=True,
-                          env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
-                          **{"timeout": 300, **kwargs})
 
 
 def tiny_translator(folder: Path, dtype=None, seed: int = 0) -> Path:
@@ -81,10 +58,6 @@ def poison(folder: Path, name: str, value=float("nan")) -> None:
     reseal(folder)
 
 
-def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 # ---------------------------------------------------------------- weights that are not finite numbers
 
 @pytest.mark.parametrize("dtype,name", [(torch.float16, "encoder.norm.a_2"),
@@ -93,31 +66,31 @@ def snapshot(folder: Path) -> dict:
 def test_a_nan_in_the_weights_is_refused_by_every_command(tmp_path, capsys, dtype, name):
     bad = tiny_translator(tmp_path / "bad", dtype)
     poison(bad, name)
-    says = (f"{bad / WEIGHTS_FILE}: tensor {name} holds NaN",)
+    says = (name, "NaN")
     one_line(command(capsys, "translate", "--checkpoint", str(bad), "Ein Hund."), 2, *says)
     one_line(command(capsys, "evaluate", "--checkpoint", str(bad), "--split", "val", "--limit", "2"), 2, *says)
     good = tiny_translator(tmp_path / "good", dtype)
     one_line(command(capsys, "average", "--inputs", str(good), str(bad), "--out", str(tmp_path / "avg")), 2, *says)
     assert not (tmp_path / "avg").exists()
-    with pytest.raises(ValueError, match="holds NaN"):  # the Python API: the same error, the same message
+    with pytest.raises(ValueError, match="NaN"):  # the Python API: the same error, the same message
         Translator.from_checkpoint(bad, "cpu")
 
 
 def test_an_infinity_is_refused_too(tmp_path, capsys):
     bad = tiny_translator(tmp_path / "bad", torch.float16)
     poison(bad, "generator.proj.bias", float("inf"))
-    one_line(command(capsys, "translate", "--checkpoint", str(bad), "x"), 2, "generator.proj.bias holds infinite values")
+    one_line(command(capsys, "translate", "--checkpoint", str(bad), "x"), 2, "generator.proj.bias", "infinite")
 
 
 def test_a_model_that_is_not_finite_is_not_saved(tmp_path):
     model = make_model(11, 11, N=1, d_model=8, d_ff=16, h=2)
     with torch.no_grad():
         model.encoder.layers[0].feed_forward.w_2.bias[0] = float("nan")  # as after a diverged update
-    with pytest.raises(ValueError, match=r"not saved: tensor encoder.layers.0.feed_forward.w_2.bias holds NaN"):
+    with pytest.raises(ValueError, match=r"encoder\.layers\.0\.feed_forward\.w_2\.bias.*NaN"):
         save_model(model, tmp_path / "m")
     with torch.no_grad():
         model.encoder.layers[0].feed_forward.w_2.bias[0] = 70000.0  # finite, but float16 ends at 65504
-    with pytest.raises(ValueError, match="not saved in float16"):
+    with pytest.raises(ValueError, match="float16"):
         save_model(model, tmp_path / "m", dtype=torch.float16)
     assert list(tmp_path.iterdir()) == []  # nothing written, no temporary folder
 
@@ -127,7 +100,7 @@ def test_a_model_that_computes_nan_never_gives_a_translation(tmp_path):
     with torch.no_grad():
         translator.model.decoder.norm.a_2[0] = float("nan")  # weights changed in memory, after every check of the files
     for beam in (1, 4):
-        with pytest.raises(ValueError, match="scores for the next token are NaN"):
+        with pytest.raises(ValueError, match="NaN"):
             translator.translate(["Ein Hund läuft.", "Zwei Katzen."], beam_size=beam)
 
 
@@ -144,11 +117,11 @@ def test_an_empty_path_is_refused_at_parse_time_and_nothing_is_written(tmp_path,
         with pytest.raises(SystemExit) as stop:
             cli.main(args)
         assert stop.value.code == 2, args
-        assert "an empty path" in capsys.readouterr().err, args
+        assert "empty" in capsys.readouterr().err, args
     # "none" is a folder's name, not "not given": it must exist like any other
     with pytest.raises(SystemExit):
         cli.main(["train", "--corpus-dir", "none", "--epochs", "1"])
-    assert "none: no such folder" in capsys.readouterr().err
+    assert "none" in capsys.readouterr().err
     assert snapshot(tmp_path) == before
 
 
@@ -171,15 +144,13 @@ def test_average_does_not_replace_what_it_did_not_write(tmp_path, capsys):
     third = tiny_translator(ensemble / "member_2", seed=2)
     before = snapshot(tmp_path)
     # a member of an ensemble: a checkpoint another tool saved
-    one_line(command(capsys, "average", "--inputs", *map(str, members), "--out", str(third)), 2, "averaging did not write")
+    one_line(command(capsys, "average", "--inputs", *map(str, members), "--out", str(third)), 2, "averaging")
     # the folder that holds the members: named as what it is, not as "a training run"
-    err = one_line(command(capsys, "average", "--inputs", *map(str, members), "--out", str(ensemble)), 2,
-                   f"contains {members[0]}")
+    err = one_line(command(capsys, "average", "--inputs", *map(str, members), "--out", str(ensemble)), 2, "contains")
     assert "training run" not in err
     # inside a checkpoint
-    one_line(command(capsys, "average", "--inputs", *map(str, members), "--out", str(members[0] / "avg")), 2,
-             f"is inside the checkpoint {members[0]}")
-    one_line(command(capsys, "copy-task", "--out", str(third / "copy"), "--epochs", "1"), 2, "is inside the checkpoint")
+    one_line(command(capsys, "average", "--inputs", *map(str, members), "--out", str(members[0] / "avg")), 2, "inside")
+    one_line(command(capsys, "copy-task", "--out", str(third / "copy"), "--epochs", "1"), 2, "inside")
     assert snapshot(tmp_path) == before
     # an average replaces an average
     assert command(capsys, "average", "--inputs", *map(str, members), "--out", str(tmp_path / "avg"))[0] == 0
@@ -188,7 +159,7 @@ def test_average_does_not_replace_what_it_did_not_write(tmp_path, capsys):
 
 def test_a_nested_ensemble_is_named_as_such(tmp_path):
     members = [tiny_translator(tmp_path / "ensemble" / f"member_{i}", seed=i) for i in range(2)]
-    with pytest.raises(ValueError, match="is not a checkpoint folder") as refused:
+    with pytest.raises(ValueError, match="checkpoint folder") as refused:
         load_ensemble([members[0], tmp_path / "ensemble"], "cpu")
     assert "vocabulary" not in str(refused.value)
 
@@ -205,7 +176,7 @@ def test_a_manifest_names_files_of_its_folder_only(tmp_path, capsys, outside):
     manifest["files"][name] = hashlib.sha256(target.read_bytes()).hexdigest()
     manifest.setdefault("sizes", {})[name] = target.stat().st_size
     (ckpt / MANIFEST_FILE).write_text(json.dumps(manifest))
-    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, "which is not a file of the folder")
+    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
 
 
 def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys):
@@ -214,7 +185,7 @@ def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys):
     outside.write_text(TOKENIZER)
     (ckpt / "tokenizer.json").unlink()
     (ckpt / "tokenizer.json").symlink_to(outside)  # the same bytes, somewhere else: replaceable behind the manifest's back
-    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, "tokenizer.json is a link to")
+    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, "tokenizer.json", "link")
 
 
 def test_sizes_are_checked_before_any_hashing(tmp_path, monkeypatch):
@@ -223,7 +194,7 @@ def test_sizes_are_checked_before_any_hashing(tmp_path, monkeypatch):
         f.truncate(20 * 2**30)  # 20 GB (a sparse file: no disk used); hashing it would take minutes
     import annotated_transformer.checkpoint as checkpoint
     monkeypatch.setattr(checkpoint, "sha256_of", lambda path: pytest.fail(f"{path} was hashed"))
-    with pytest.raises(ValueError, match="is not the file the checkpoint was written with"):
+    with pytest.raises(ValueError, match=WEIGHTS_FILE):
         check_manifest(ckpt)
 
 
@@ -241,16 +212,22 @@ def test_a_rank_outside_the_world_is_refused_before_any_rendezvous(tmp_path):
         res = process("train", "--epochs", "1", "--out-dir", str(tmp_path / "run"), env=env, timeout=120)
     except subprocess.TimeoutExpired:
         pytest.fail("RANK=5 WORLD_SIZE=2 waited for a rendezvous instead of being refused")
-    err = res.stderr.decode()
-    assert res.returncode == 2 and err.count("\n") == 1, (res.returncode, err[-2000:])
-    assert "RANK is 5, but WORLD_SIZE=2 has ranks 0..1" in err
+    one_line(res, 2, "RANK", "WORLD_SIZE")
     assert not (tmp_path / "run").exists()
 
 
+<<<<<<< HEAD
 @pytest.mark.parametrize("env,says", [  # what torch itself checks and names
     ({"WORLD_SIZE": "2"}, "RANK"),
     ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "MASTER_ADDR"),
     ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"}, "99999"),
+=======
+@pytest.mark.parametrize("env,says", [
+    ({"WORLD_SIZE": "2"}, "RANK"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "2"}, "LOCAL_RANK"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "MASTER_ADDR"),
+>>>>>>> tests
 ])
 def test_a_missing_or_wrong_distributed_variable_is_one_line(tmp_path, capsys, monkeypatch, env, says):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -276,19 +253,19 @@ def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, 
     moved = tmp_path / "elsewhere" / "run"
     shutil.move(tmp_path / "run", moved)  # copied or moved: the folder is the run, wherever it is
     status, out, err = train(capsys, moved, data, "--epochs", "2")
-    assert status == 0 and "resuming from" in out, err[-2000:]
+    assert status == 0 and "resuming" in out, err[-2000:]
     # the corpus changes under the run: refused, nothing written; --allow-changed-data goes on
     (data / "train.en").write_text((data / "train.en").read_text().replace("A dog runs.", "A dog walks.", 1))
     before = snapshot(moved)
-    one_line(train(capsys, moved, data, "--epochs", "3"), 2, "was trained on other data", "--allow-changed-data")
+    one_line(train(capsys, moved, data, "--epochs", "3"), 2, "--allow-changed-data")
     assert snapshot(moved) == before
     status, out, err = train(capsys, moved, data, "--epochs", "3", "--allow-changed-data")
-    assert status == 0 and "resuming from" in out and "changed train data" in out, err[-2000:]
+    assert status == 0 and "resuming" in out and "changed" in out, err[-2000:]
 
 
 def test_rdrop_without_dropout_is_refused(tmp_path, capsys):
     one_line(train(capsys, tmp_path / "run", corpus(tmp_path / "corpus"), "--rdrop", "1", "--dropout", "0"), 2,
-             "--rdrop 1 needs dropout > 0")
+             "--rdrop", "dropout")
     assert not (tmp_path / "run").exists()
 
 
@@ -304,9 +281,9 @@ def test_a_nan_from_rdrop_names_rdrop(tmp_path, capsys, monkeypatch):
 
 def test_destinations_are_checked_before_the_work(tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
-    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt"), "--epochs", "1"), 2, "a file, not a folder")
+    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt"), "--epochs", "1"), 2, "not a folder")
     ckpt = tiny_translator(tmp_path / "ckpt")
-    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "a_file" / "avg")), 2, "a file, not a folder")
+    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "a_file" / "avg")), 2, "not a folder")
     if os.geteuid() != 0:  # (root may write anywhere)
         (tmp_path / "read_only").mkdir(mode=0o555)
         one_line(command(capsys, "copy-task", "--out", str(tmp_path / "read_only" / "ckpt"), "--epochs", "1"), 2, "read_only")
@@ -316,9 +293,9 @@ def test_copy_task_checks_its_destination_before_training(tmp_path, capsys, monk
     import annotated_transformer.cli as commands
     monkeypatch.setattr(commands, "train_copy_task", lambda *a, **k: pytest.fail("trained before checking --out"))
     (tmp_path / "a_file").write_text("x")
-    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "a file, not a folder")
+    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "not a folder")
     translation = tiny_translator(tmp_path / "translation")
-    one_line(command(capsys, "copy-task", "--out", str(translation)), 2, "holds a translation checkpoint")
+    one_line(command(capsys, "copy-task", "--out", str(translation)), 2, "translation")
 
 
 def test_averaging_mixed_dtypes_does_not_depend_on_their_order(tmp_path, capsys):
@@ -354,40 +331,37 @@ def test_the_temporary_folder_of_a_killed_writer_is_removed_by_the_next(tmp_path
 
 def test_an_argument_that_is_not_utf8_is_one_line():
     res = process("translate", b"ein \xff Hund")
-    assert res.returncode == 2 and "argument 2 is not valid UTF-8" in res.stderr.decode(), res.stderr.decode()[-2000:]
-    assert res.stderr.decode().count("\n") == 1 and res.stdout == b""
+    one_line(res, 2, "argument 2", "UTF-8")
+    assert res.stdout == b""
 
 
 def test_a_closed_stdout_is_one_line():
     res = process("translate", "Ein Hund.", preexec_fn=lambda: os.close(1))  # as `annotated-transformer ... >&-`
-    assert res.returncode == 2, res.stderr.decode()[-2000:]
-    assert res.stderr.decode().count("\n") == 1 and "standard output is closed" in res.stderr.decode()
+    one_line(res, 2, "standard output")
 
 
 def test_json_nested_too_deeply_is_bad_input(tmp_path, capsys):
     deep = "[" * 100_000 + "]" * 100_000
     ckpt = tiny_translator(tmp_path / "ckpt")
     (ckpt / MANIFEST_FILE).write_text(deep)
-    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, "manifest.json is not a manifest")
+    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
     (ckpt / MANIFEST_FILE).unlink()
     (ckpt / "config.json").write_text(deep)
-    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "--trust", "x"), 2, "nested too deeply")
+    one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "--trust", "x"), 2, "nested")
     run = tmp_path / "run"
     shutil.copytree(ckpt, run / "last")
     (run / "train_config.json").write_text(deep)
-    one_line(command(capsys, "train", "--out-dir", str(run), "--epochs", "1"), 2, "nested too deeply")
+    one_line(command(capsys, "train", "--out-dir", str(run), "--epochs", "1"), 2, "nested")
 
 
 def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     ckpt = tiny_translator(tmp_path / "ckpt")
-    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "loop" / "avg")), 2,
-             "Too many levels of symbolic links")
-    one_line(command(capsys, "train", "--out-dir", str(tmp_path / "loop"), "--epochs", "1"), 2,
-             "Too many levels of symbolic links")
+    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "loop" / "avg")), 2, "symbolic links")
+    one_line(command(capsys, "train", "--out-dir", str(tmp_path / "loop"), "--epochs", "1"), 2, "symbolic links")
     with pytest.raises(SystemExit):
         cli.main(["translate", "--checkpoint", str(tmp_path / "loop"), "x"])
-    assert "loop: Too many levels of symbolic links" in capsys.readouterr().err
+    assert "symbolic links" in capsys.readouterr().err
 
 
 
@@ -398,4 +372,4 @@ def test_an_empty_file_option_is_refused_when_read(args, capsys):
     "An empty --input, --output, --src, --ref or --json is a user's mistake (an unset variable), not 'not given'."
     with pytest.raises(SystemExit) as stop:
         cli.main(args)
-    assert stop.value.code == 2 and "an empty path" in capsys.readouterr().err
+    assert stop.value.code == 2 and "empty" in capsys.readouterr().err

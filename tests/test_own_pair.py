@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer import cli as command
+from annotated_transformer import cli as commands
 from annotated_transformer.data import read_lines
 from annotated_transformer.decoding import shipped_model_dir
+from conftest import cli, command, one_line
+
 
 def french_side() -> Path:
     "The French side of Multi30k, as CI holds it: beside the checkout, or beside $ANNOTATED_TRANSFORMER_DATA's folder."
@@ -26,25 +28,6 @@ def french_side() -> Path:
 
 
 FRENCH = french_side()
-
-
-def cli(*args, stdin=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "annotated_transformer.cli", *args], input=stdin, capture_output=True,
-                          cwd=cwd, timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
-
-
-def one_line_exit_2(res, says):
-    err = res.stderr.decode()
-    assert res.returncode == 2, (res.returncode, err[-2000:])
-    assert says in err and err.strip().count("\n") == 0 and "Traceback" not in err, err
-
-
-def refused(capsys, *args, says):
-    "The command's entry point, run in this process (no start-up cost): exit status 2 and one line that says `says`."
-    status = command.main(list(args))
-    captured = capsys.readouterr()
-    assert status == 2, (status, captured.err[-2000:])
-    assert says in captured.err and captured.err.strip().count("\n") == 0 and "Traceback" not in captured.err, captured.err
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +69,7 @@ def test_a_corpus_folder_trains_evaluates_and_translates(corpus, run, tmp_path, 
               "--beam-size", "1", "--json", str(report))
     assert res.returncode == 0, res.stderr.decode()[-3000:]
     lines = res.stdout.decode().splitlines()
-    assert lines[0].startswith("BLEU = ") and "sacreBLEU signature: nrefs:1|case:mixed" in lines[1], lines
+    assert lines[0].startswith("BLEU = ") and "nrefs:1" in lines[1], lines  # sacreBLEU's score and signature
     assert any(line.startswith("chrF2 = ") for line in lines), lines
     result = json.loads(report.read_text())
     assert result["sentences"] == 30 and result["beam_size"] == 1 and result["split"] == "test"
@@ -112,9 +95,9 @@ def test_a_corpus_folder_trains_evaluates_and_translates(corpus, run, tmp_path, 
     # a German test set is refused before anything is translated: the file names say which languages they hold
     (tmp_path / "test.de").write_text("Ein Hund.\n")
     (tmp_path / "test.fr").write_text("Un chien.\n")
-    refused(capsys, "evaluate", "--checkpoint", str(run / "best"), "--src", str(tmp_path / "test.de"), "--ref",
-            str(tmp_path / "test.fr"), says="the file name says de, but the model translates en to fr")
-    refused(capsys, "evaluate", "--checkpoint", str(run / "best"), says="translates en to fr, and Multi30k's test here is German-English")
+    one_line(command(capsys, "evaluate", "--checkpoint", str(run / "best"), "--src", str(tmp_path / "test.de"), "--ref",
+                     str(tmp_path / "test.fr")), 2, "test.de")
+    one_line(command(capsys, "evaluate", "--checkpoint", str(run / "best")), 2, "Multi30k")
 
 
 def test_a_language_code_spacy_has_no_tokenizer_for_is_refused_first(run, tmp_path, capsys):
@@ -126,22 +109,21 @@ def test_a_language_code_spacy_has_no_tokenizer_for_is_refused_first(run, tmp_pa
     empty.mkdir()  # no files: the code is refused before the folder is read
     out = tmp_path / "run"
     res = cli("train", "--corpus-dir", str(empty), "--src-lang", "english", "--tgt-lang", "fr", "--out-dir", str(out))
-    one_line_exit_2(res, "src_lang 'english' is not a language code spaCy has a tokenizer for: use one of ")
+    one_line(res, 2, "src_lang", "english")
     assert not out.exists()
     with pytest.raises(ValueError) as error:
         train(TrainConfig(corpus_dir=str(empty), src_lang="english", tgt_lang="fr", out_dir=str(out)), device="cpu")
     assert res.stderr.decode().strip() == f"annotated-transformer train: error: {error.value}"
     assert not out.exists()
-    refused(capsys, "train", "--corpus-dir", str(empty), "--src-lang", "en", "--tgt-lang", "EN", "--out-dir", str(out),
-            says="tgt_lang 'EN' is not a language code spaCy has a tokenizer for (did you mean en?)")
+    one_line(command(capsys, "train", "--corpus-dir", str(empty), "--src-lang", "en", "--tgt-lang", "EN", "--out-dir",
+                     str(out)), 2, "tgt_lang", "en?")  # a suggestion
     # evaluate reads the codes from the model's folder: one that names another code is refused before the test set is read
     odd = tmp_path / "odd"
     shutil.copytree(run / "best", odd)
     config = json.loads((odd / "config.json").read_text())
     config["extra"]["tgt_lang"] = "french"
     (odd / "config.json").write_text(json.dumps(config))
-    refused(capsys, "evaluate", "--checkpoint", str(odd), "--corpus-dir", str(empty),
-            says="tgt_lang 'french' is not a language code spaCy has a tokenizer for")
+    one_line(command(capsys, "evaluate", "--checkpoint", str(odd), "--corpus-dir", str(empty)), 2, "tgt_lang", "french")
 
 
 def test_the_shipped_model_on_files_gives_sacrebleus_score(multi30k, tmp_path):
@@ -169,32 +151,29 @@ def test_bad_test_files_are_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "empty.en").write_text("")
     (tmp_path / "latin1.en").write_bytes(b"Gr\xfc\xdfe\nTwo\n")
     (tmp_path / "folder.en").mkdir()
-    for ref, says in (("three.en", "three.en has 3 lines, expected 2 as in"), ("empty.en", "empty.en is empty"),
-                      ("latin1.en", "latin1.en: not UTF-8 text"), ("missing.en", "missing.en: No such file or directory"),
-                      ("folder.en", "folder.en is a folder: expected a file of sentences")):
-        refused(capsys, "evaluate", "--src", str(good), "--ref", str(tmp_path / ref), says=says)
-    refused(capsys, "evaluate", "--src", str(good), says="give --src and --ref together")
-    refused(capsys, "evaluate", "--src", str(good), "--ref", str(good), "--corpus-dir", str(tmp_path), says="not both")
-    refused(capsys, "evaluate", "--corpus-dir", str(tmp_path), says="missing")
-    refused(capsys, "evaluate", "--src", str(good), "--ref", str(tmp_path / "three.en"), "--json", str(tmp_path),
-            says="is a folder: expected a file name")
+    for ref, says in (("three.en", "lines"), ("empty.en", "empty"), ("latin1.en", "UTF-8"), ("missing.en", "missing.en"),
+                      ("folder.en", "folder")):
+        one_line(command(capsys, "evaluate", "--src", str(good), "--ref", str(tmp_path / ref)), 2, ref, says)
+    one_line(command(capsys, "evaluate", "--src", str(good)), 2, "--ref")
+    one_line(command(capsys, "evaluate", "--src", str(good), "--ref", str(good), "--corpus-dir", str(tmp_path)), 2, "both")
+    one_line(command(capsys, "evaluate", "--corpus-dir", str(tmp_path)), 2, "missing")
+    one_line(command(capsys, "evaluate", "--src", str(good), "--ref", str(tmp_path / "three.en"), "--json", str(tmp_path)),
+             2, "folder")
     # and as a user meets it, in a process of its own
-    one_line_exit_2(cli("evaluate", "--src", str(good), "--ref", str(tmp_path / "three.en")), "three.en has 3 lines")
+    one_line(cli("evaluate", "--src", str(good), "--ref", str(tmp_path / "three.en")), 2, "three.en")
 
 
 def test_translate_refuses_a_bad_destination_before_translating(tmp_path, capsys):
     source = tmp_path / "in.de"
     source.write_text("Ein Hund.\n")
-    for output, says in ((tmp_path, "is a folder: expected a file name"),
-                         (tmp_path / "no" / "out.en", "no such folder"),
-                         (source, "is the file being translated")):
-        refused(capsys, "translate", "--input", str(source), "--output", str(output), says=says)
-    refused(capsys, "translate", "--input", str(tmp_path), says="is a folder: expected a file of sentences")
-    refused(capsys, "translate", "--input", str(tmp_path / "none.de"), says="none.de: No such file or directory")
+    for output, says in ((tmp_path, "folder"), (tmp_path / "no" / "out.en", "no such"), (source, "translated")):
+        one_line(command(capsys, "translate", "--input", str(source), "--output", str(output)), 2, "--output", says)
+    one_line(command(capsys, "translate", "--input", str(tmp_path)), 2, "folder")
+    one_line(command(capsys, "translate", "--input", str(tmp_path / "none.de")), 2, "none.de")
     with open(source, "rb") as f:  # stdin read from the very file --output names
         res = subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "translate", "--output", str(source)],
                              stdin=f, capture_output=True, timeout=600)
-    one_line_exit_2(res, "is the file being translated")
+    one_line(res, 2, "translated")
     assert source.read_text() == "Ein Hund.\n"  # never overwritten
 
 
@@ -227,7 +206,7 @@ def test_translation_batches_stream_in_order():
         for i in range(10):
             read.append(i)
             yield "" if i % 4 == 3 else f"line {i}"
-    batches = command.translation_batches(SlowTranslator(), lines(), batch_size=3)
+    batches = commands.translation_batches(SlowTranslator(), lines(), batch_size=3)
     first = next(batches)
     assert first == ["LINE 0", "LINE 1", "LINE 2"] and len(read) == 3
     rest = [line for batch in batches for line in batch]
@@ -238,19 +217,19 @@ def test_ctrl_c_keeps_the_finished_lines(tmp_path, monkeypatch, capsys):
     source = tmp_path / "in.de"
     source.write_text("".join(f"satz {i}\n" for i in range(10)))
     # to a file: FILE is not written; FILE.partial holds the first two batches, in order, and the message names it
-    monkeypatch.setattr(command, "_translator", lambda args: SlowTranslator(stop_at=3))
-    assert command.main(["translate", "--input", str(source), "--output", str(tmp_path / "out.en"), "--batch-size", "3"]) == 130
+    monkeypatch.setattr(commands, "_translator", lambda args: SlowTranslator(stop_at=3))
+    assert commands.main(["translate", "--input", str(source), "--output", str(tmp_path / "out.en"), "--batch-size", "3"]) == 130
     assert not (tmp_path / "out.en").exists()
     assert (tmp_path / "out.en.partial").read_text() == "".join(f"SATZ {i}\n" for i in range(6))
     err = capsys.readouterr().err
     assert "interrupted" in err and "out.en.partial" in err and err.strip().count("\n") == 0, err
     # to stdout: the lines already written stay
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(source.read_bytes())))
-    assert command.main(["translate", "--batch-size", "4"]) == 130
+    assert commands.main(["translate", "--batch-size", "4"]) == 130
     assert capsys.readouterr().out == "".join(f"SATZ {i}\n" for i in range(8))
     # stopped before the first batch is done: no partial file is left behind
-    monkeypatch.setattr(command, "_translator", lambda args: SlowTranslator(stop_at=1))
-    assert command.main(["translate", "--input", str(source), "--output", str(tmp_path / "b.en")]) == 130
+    monkeypatch.setattr(commands, "_translator", lambda args: SlowTranslator(stop_at=1))
+    assert commands.main(["translate", "--input", str(source), "--output", str(tmp_path / "b.en")]) == 130
     assert not (tmp_path / "b.en").exists() and not (tmp_path / "b.en.partial").exists()
 
 

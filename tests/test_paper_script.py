@@ -1,13 +1,15 @@
 """The paper's part as one script: the_annotated_transformer.py is what tools/paper_script.py makes of the notebooks,
 it stands alone (torch, fastcore and the standard library; never this package), and it runs top to bottom on a CPU."""
 import ast
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import conftest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "the_annotated_transformer.py"
@@ -21,16 +23,7 @@ class Refuse(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Refuse())
 runpy.run_path(sys.argv[1], run_name="__main__")
 """
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("paper_script", ROOT / "tools" / "paper_script.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = load_tool()
+tool = conftest.script("tools/paper_script.py")
 
 
 def run_alone(script: Path, cwd: Path, timeout: int) -> subprocess.CompletedProcess:

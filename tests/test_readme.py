@@ -7,14 +7,14 @@ import re
 import subprocess
 import sys
 import venv
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from train_step import read_tables  # noqa: E402  (benchmarks/, where the tables are written)
+from conftest import ROOT, script
+
+read_tables = script("benchmarks/train_step.py").read_tables  # the benchmark's reader of the tables it writes
 
 README = (ROOT / "README.md").read_text()
 # the site pages the README sends readers to for commands; their examples are tested like the README's own
@@ -126,11 +126,7 @@ def test_translate_after_a_plain_install_from_any_folder(tmp_path):
 # --- the README is generated from nbs/index.ipynb, and is a front page
 
 def make_readme():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("make_readme", ROOT / "tools" / "make_readme.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script("tools/make_readme.py")
 
 
 def test_readme_is_generated_from_index():
@@ -172,9 +168,7 @@ def test_readme_is_a_front_page():
 
 def test_readme_follows_the_sites_navigation():
     "The README's chapters are the site's three parts: each part's caption as a heading, then a table of its pages in the menu's order."
-    sys.path.insert(0, str(ROOT / "tools"))
-    from build_docs import navigation
-    parts = navigation()
+    parts = script("tools/build_docs.py").navigation()
     chapters = README.split("\n## Chapters\n", 1)[1]
     headings = re.findall(r"^### (.+)$", chapters, re.M)
     assert headings == [caption for caption, _ in parts], headings

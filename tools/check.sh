@@ -2,8 +2,9 @@
 # The project's one test command: the README, CI and every contributor run exactly this.
 # Fails when (a) nbdev-clean would change a notebook, (b) nbdev-export would change or add a
 # file in the package (or tools/make_readme.py would change README.md, or tools/paper_script.py would change
-# the_annotated_transformer.py), (c) a notebook fails under nbdev-test, (d) the documentation site does not build without warnings,
-# (e) a pytest test fails (the site's browser test included).
+# the_annotated_transformer.py), (c) ruff finds a mistake (an unused or undefined name: the rules are in pyproject.toml),
+# (d) a notebook fails under nbdev-test, (e) the documentation site does not build without warnings,
+# (f) a pytest test fails (the site's browser tests included: `-m "not browser"` leaves them out, CI never does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,10 +23,10 @@ except DataError as e:
 print("Multi30k found in", ", ".join(sorted({str(p.parent) for p in found.values()})))
 EOF
 
-echo "== 1/5 notebooks are clean (nbdev-clean)"
+echo "== 1/6 notebooks are clean (nbdev-clean)"
 before=$(git status --porcelain -- annotated_transformer nbs README.md the_annotated_transformer.py)
 nbdev-clean
-echo "== 2/5 package, README and script are in sync with the notebooks (nbdev-export, tools/make_readme.py, tools/paper_script.py)"
+echo "== 2/6 package, README and script are in sync with the notebooks (nbdev-export, tools/make_readme.py, tools/paper_script.py)"
 nbdev-export
 python tools/make_readme.py
 python tools/paper_script.py
@@ -37,11 +38,14 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 
-echo "== 3/5 notebooks run (nbdev-test; cells flagged slow/gpu are skipped)"
+echo "== 3/6 no unused or undefined names (ruff check)"
+ruff check .
+
+echo "== 4/6 notebooks run (nbdev-test; cells flagged slow/gpu are skipped)"
 nbdev-test --n-workers "${NBDEV_TEST_WORKERS:-2}" --timing
 
-echo "== 4/5 documentation site (python tools/build_docs.py -> site/)"
+echo "== 5/6 documentation site (python tools/build_docs.py -> site/)"
 python tools/build_docs.py
 
-echo "== 5/5 pytest (the docs site's browser test needs /usr/bin/chromium)"
+echo "== 6/6 pytest (the browser tests of the site need /usr/bin/chromium)"
 python -m pytest -q tests
