@@ -29,14 +29,13 @@ from .batches import Batch
 from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, VOCABULARY_FILES, check_path, load_checkpoint,
                                              load_weights, make_folder, read_config, read_json, recover_folders,
                                              resolved, run_lock, save_checkpoint, save_model)
-from .checkpoint import RunLockedError  # (raised by run_lock; scripts import it from here)
 from .checkpoint import model_config as saved_model_config  # (train's `model_config` is the run's)
 from .distributed import DistInfo, global_token_norm, setup_distributed, stop_on_signals
 from .data import PAD, TokenBucketSampler, batches
 from .subwords import TranslationData, load_vocabularies, vocabulary_texts
 from .decoding import Translator
 from .evaluation import bleu
-from .devices import default_device, resolve_precision, set_seed
+from .devices import resolve_precision, set_seed
 from .fast import FastLossCompute, speed_up
 from .loop import train_epoch, validation_loss
 from .model import PRESETS, ModelConfig, build_model

@@ -216,18 +216,10 @@ def test_a_rank_outside_the_world_is_refused_before_any_rendezvous(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-<<<<<<< HEAD
 @pytest.mark.parametrize("env,says", [  # what torch itself checks and names
     ({"WORLD_SIZE": "2"}, "RANK"),
     ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "MASTER_ADDR"),
     ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"}, "99999"),
-=======
-@pytest.mark.parametrize("env,says", [
-    ({"WORLD_SIZE": "2"}, "RANK"),
-    ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK"),
-    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "2"}, "LOCAL_RANK"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "MASTER_ADDR"),
->>>>>>> tests
 ])
 def test_a_missing_or_wrong_distributed_variable_is_one_line(tmp_path, capsys, monkeypatch, env, says):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
