@@ -32,7 +32,7 @@ import torch
 import annotated_transformer.train
 from annotated_transformer.devices import resolve_precision
 from annotated_transformer.loop import train_epoch
-from annotated_transformer.pretrained import RECIPE, build_pretrained, hardware, train_and_choose
+from annotated_transformer.recipe import RECIPE, build_pretrained, hardware, train_and_choose
 from annotated_transformer.train import train
 
 
