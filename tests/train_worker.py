@@ -19,7 +19,8 @@ from pathlib import Path
 
 from annotated_transformer import checkpoint, training
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.train import RunLockedError, TrainConfig, TrainingStopped, train
+from annotated_transformer.checkpoint import RunLockedError
+from annotated_transformer.train import TrainConfig, TrainingStopped, train
 
 CORPUS = os.environ["TRAIN_WORKER_CORPUS"]
 CONFIG = dict(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.1), corpus_dir=CORPUS, subwords=1000,
