@@ -14,7 +14,6 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -26,7 +25,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, VOCABULARY_FILES, check_path, load_checkpoint,
+from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, VOCABULARY_FILES, atomic_write, check_path,
+                                             load_checkpoint,
                                              load_weights, make_folder, read_config, read_json, recover_folders,
                                              resolved, run_lock, save_checkpoint, save_model)
 from .checkpoint import model_config as saved_model_config  # (train's `model_config` is the run's)
@@ -242,9 +242,8 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the setting
 def _save_settings(out: Path, cfg: TrainConfig, fingerprint: dict) -> None:
     "Write train_config.json and data.json (atomically), once everything was checked: a refused run changes no file."
     for name, content in ((SETTINGS_FILE, asdict(cfg)), (DATA_FILE, fingerprint)):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(json.dumps(content, indent=2))
-        os.replace(tmp, out / name)
+        with atomic_write(out / name) as tmp:
+            tmp.write_text(json.dumps(content, indent=2))
 
 # %% ../nbs/24_train.ipynb #b409ed29
 DATA_FILE = "data.json"  # in a run's folder: the SHA-256 of the data it trains on
