@@ -8,7 +8,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 __all__ = ['MAX_BEAM', 'MAX_ALPHA', 'SHIPPED_MODEL', 'AttentionCache', 'DecodingState', 'cached_attention', 'positioned',
            'decode_step', 'Decodable', 'OneModel', 'stepwise', 'check_scores', 'greedy_decode_cached', 'length_penalty',
            'beam_search', 'sequence_score', 'blank', 'padded_batches', 'decode_in_batches', 'Translator', 'translate',
-           'shipped_model_dir', 'EnsembleState', 'Ensemble', 'load_ensemble']
+           'shipped_model_dir', 'translation_batches', 'EnsembleState', 'Ensemble', 'load_ensemble']
 
 # %% ../nbs/22_decoding.ipynb #1bd577e0
 import math
@@ -408,6 +408,23 @@ SHIPPED_MODEL = "multi30k-de-en"  # the trained model's folder inside the packag
 def shipped_model_dir() -> Path:
     "The folder of the trained Multi30k de->en model inside the installed package."
     return Path(str(files("annotated_transformer"))) / "pretrained" / SHIPPED_MODEL
+
+# %% ../nbs/22_decoding.ipynb #5e3a91c1
+import itertools
+
+def translation_batches(translator: Translator,
+                        lines,  # source sentences, one per output line: any iterable, read as it is consumed
+                        where: str = "input",  # how an error names the lines: 'stdin', a file's name, ...
+                        batch_size: int = 64, beam_size: int = 4, alpha: float = 0.6,
+                        ):  # yields the translations of each `batch_size` lines, in order
+    "Translate `lines` one batch at a time, each batch yielded as soon as it is done: memory holds one batch."
+    lines, first = iter(lines), 1
+    while batch := list(itertools.islice(lines, batch_size)):
+        for i, n in translator.too_long(batch)[:1]:
+            raise ValueError(f"{where} line {first + i}: {n} tokens, more than this model takes "
+                             f"({translator.model.config.max_len - 50})")
+        yield translator.translate(batch, beam_size=beam_size, alpha=alpha, batch_size=batch_size)
+        first += len(batch)
 
 # %% ../nbs/22_decoding.ipynb #3ba09641
 class EnsembleState(list):

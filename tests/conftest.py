@@ -88,6 +88,30 @@ def snapshot(folder: Path) -> dict:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+STAND_IN = """import sys
+from annotated_transformer import cli
+
+class Upper:
+    "Stands in for a model: a line's translation is its upper case; no line is too long."
+    model = type("M", (), {"config": type("C", (), {"max_len": 5000})()})()
+    def too_long(self, sentences, max_extra=50):
+        return []
+    def translate(self, sentences, beam_size=4, alpha=0.6, batch_size=64):
+        return [s.upper() for s in sentences]
+
+cli._translator = lambda args: Upper()
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path) -> list[str]:
+    "The command line of `annotated-transformer` with a stand-in model that upper-cases each line: no model loads."
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    return [sys.executable, str(script)]
+
+
 # ---------------------------------------------------------------- the documentation site in a browser
 
 SITE = Path(os.environ.get("ANNOTATED_TRANSFORMER_SITE", ROOT / "site"))
