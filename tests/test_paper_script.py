@@ -21,13 +21,14 @@ class Refuse(importlib.abc.MetaPathFinder):
         if name.split(".")[0] == "annotated_transformer":
             raise ImportError("the script imports " + name)
 sys.meta_path.insert(0, Refuse())
-runpy.run_path(sys.argv[1], run_name="__main__")
+sys.argv = sys.argv[1:]  # the script sees its own arguments
+runpy.run_path(sys.argv[0], run_name="__main__")
 """
 tool = conftest.script("tools/paper_script.py")
 
 
-def run_alone(script: Path, cwd: Path, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", RUN_ALONE, str(script)], cwd=cwd, capture_output=True, text=True,
+def run_alone(script: Path, cwd: Path, timeout: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RUN_ALONE, str(script), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -71,7 +72,7 @@ def test_the_script_imports_only_torch_fastcore_and_the_standard_library():
 
 
 def test_the_script_runs_top_to_bottom_on_a_cpu(tmp_path):
-    done = run_alone(SCRIPT, tmp_path, timeout=900)
+    done = run_alone(SCRIPT, tmp_path, 900, "--quick")  # the long trainings are nbdev-test's `slow` cells, left out too
     assert done.returncode == 0, done.stderr[-4000:]
 
 
@@ -108,8 +109,9 @@ def test_what_goes_in_and_what_stays_out(tmp_path):
     text = tool.render([first, second])
     script = tmp_path / "script.py"
     script.write_text(text)
-    done = run_alone(script, tmp_path, timeout=120)
+    done = run_alone(script, tmp_path, 120, "--quick")
     assert done.returncode == 0, done.stderr
+    assert run_alone(script, tmp_path, 120).returncode == 4  # without --quick, the slow cell runs too
     assert done.stdout == "42\n4\n"  # the shown expression is printed, the exercise's blank and solution are left out
     assert "# A [link](https://" in text and "02_second.html) to a page." in text
     assert "# ## Next" in text and "Exercises" not in text and "NotImplementedError" not in text
