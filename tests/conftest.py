@@ -9,6 +9,8 @@ Commands: `cli` runs `annotated-transformer` as a user runs it, in a process of 
 words it must name; `snapshot` tells whether a folder was left as it was; `script` imports a script of tools/ or
 benchmarks/.
 
+CI runs the tests in two processes (`pytest -n 2`, pytest-xdist); each then gives torch its share of the cores.
+
 The site: `site` is the built documentation site (built once if missing, never skipped), `site_url` serves it on
 127.0.0.1 and `browser` is Debian's Chromium driven by Playwright. Every test that uses `site` or `browser` gets the
 marker `browser`: CI runs them, and `pytest -m "not browser"` leaves them out."""
@@ -29,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 if not os.environ.get("ANNOTATED_TRANSFORMER_DATA") and SHARED.is_dir():  # `pytest` run on its own, beside CI's data
     os.environ["ANNOTATED_TRANSFORMER_DATA"] = str(SHARED)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N` (CI: -n 2): the cores are shared between the N workers
+    import torch
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
 @pytest.fixture(scope="session")

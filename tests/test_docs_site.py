@@ -13,25 +13,62 @@ import pytest
 from conftest import ROOT, SITE, expected_charts, pages, script, wait_for_charts
 
 
-def test_every_page_loads_cleanly_and_offline(site_url, browser):
+# Bytes a page may load with an empty cache (sum of the response bodies). Vega is loaded only with charts and MathJax
+# only with math, each library within its own budget; the page with everything else (its HTML, the theme, the site's
+# scripts) within 1 MB, so a page with both charts and math has the same room for its own content as one with neither.
+LIBRARIES = {"Vega": (lambda u: u.endswith(("/_static/vega-bundle.js", "/_static/vega-setup.js")), 1.0e6),
+             "MathJax": (lambda u: "/_static/mathjax/" in u, 1.0e6)}
+PAGE_BUDGET = 1.0e6
+
+
+def weight_problems(name: str, loaded: list[tuple[str, int]]) -> list[str]:
+    "What is too heavy, or loaded without need, among a page's (path, bytes) responses."
+    html = (SITE / name).read_text()
+    needs = {"Vega": bool(expected_charts(name)), "MathJax": 'class="math' in html}
+    problems, own = [], sum(size for _, size in loaded)
+    for library, (part_of, budget) in LIBRARIES.items():
+        size = sum(s for u, s in loaded if part_of(u))
+        own -= size
+        if size > budget:
+            problems.append(f"{name}: {library} {size / 1e6:.2f} MB (budget {budget / 1e6:.1f} MB)")
+        if (size > 0) != needs[library]:
+            problems.append(f"{name}: {library} {'loaded without need' if size else 'missing'}")
+    if own > PAGE_BUDGET:
+        problems.append(f"{name}: {own / 1e6:.2f} MB besides Vega and MathJax (budget 1.0 MB)")
+    return problems
+
+
+def test_every_page_loads_cleanly_offline_light_and_fits_a_phone(site_url, browser):
+    "Each page on a first visit (empty cache) at 390 px: no error, nothing from outside, within its weight, no wider than the screen."
     html_pages = pages()
     assert "index.html" in html_pages and "01_attention.html" in html_pages and "api.html" in html_pages
     problems, links = [], {}
-    page = browser.new_page()
     host = urlparse(site_url).netloc
-    page.route("**/*", lambda route: route.continue_() if urlparse(route.request.url).netloc == host
-               or route.request.url.startswith(("data:", "blob:")) else
-               (problems.append(f"external request {route.request.url}"), route.abort())[1])
-    page.on("pageerror", lambda e: problems.append(f"{page.url}: page error {e}"))
-    page.on("console", lambda m: problems.append(f"{page.url}: console {m.type}: {m.text}") if m.type == "error" else None)
-    page.on("requestfailed", lambda r: problems.append(f"{page.url}: failed request {r.url} {r.failure}"))
-    page.on("response", lambda r: problems.append(f"{page.url}: HTTP {r.status} for {r.url}") if r.status >= 400 else None)
     for name in html_pages:
+        context = browser.new_context(viewport={"width": 390, "height": 844})  # a fresh cache for every page
+        page, done = context.new_page(), []
+        page.route("**/*", lambda route: route.continue_() if urlparse(route.request.url).netloc == host
+                   or route.request.url.startswith(("data:", "blob:")) else
+                   (problems.append(f"external request {route.request.url}"), route.abort())[1])
+        page.on("pageerror", lambda e: problems.append(f"{page.url}: page error {e}"))
+        page.on("console", lambda m: problems.append(f"{page.url}: console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("requestfailed", lambda r: problems.append(f"{page.url}: failed request {r.url} {r.failure}"))
+        page.on("response", lambda r: problems.append(f"{page.url}: HTTP {r.status} for {r.url}") if r.status >= 400 else None)
+        page.on("requestfinished", lambda r: done.append(r))
         page.goto(site_url + name, wait_until="networkidle")
         wait_for_charts(page, name)  # every chart of the notebook drew something
+        if 'class="math' in (SITE / name).read_text():  # MathJax loads its parts and fonts as it typesets
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise && "
+                                   "document.querySelector('mjx-container')", timeout=30000)
+        page.wait_for_load_state("networkidle")
         assert page.locator("link[rel='icon']").count() >= 1, f"{name}: no favicon"
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{name}: the page is {overflow} px wider than a 390 px screen"
         links[name] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+        problems += weight_problems(name, [(urlparse(r.url).path, r.sizes()["responseBodySize"]) for r in done])
+        context.close()
     assert not problems, "\n".join(problems[:30])
+    page = browser.new_page()
     # every internal link resolves: the target page exists and, for #anchors, the element exists
     ids_cache = {}
     for name, hrefs in links.items():
@@ -95,8 +132,8 @@ def test_api_page_covers_every_module():
     assert modules <= listed, f"missing from docs/api.md: {sorted(modules - listed)}"
 
 
-def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
-    "At 1280 px the content column holds code and charts beside both sidebars; at 390 px (a phone) no page is wider than the screen."
+def test_layout_uses_the_screen(site_url, browser):
+    "At 1280 px the content column holds code and charts beside both sidebars (the phone's width: in the test above)."
     wide = browser.new_page(viewport={"width": 1280, "height": 900})
     wide.goto(site_url + "01_attention.html", wait_until="networkidle")
     column = wide.evaluate("document.querySelector('.bd-article-container').getBoundingClientRect().width")
@@ -105,13 +142,6 @@ def test_layout_uses_the_screen_and_nothing_is_cut_off(site_url, browser):
                                    ".filter(e => e.offsetParent !== null).length")
     assert visible_search == 1, f"{visible_search} search boxes on the page"
     wide.close()
-    phone = browser.new_page(viewport={"width": 390, "height": 844})
-    for name in pages():
-        phone.goto(site_url + name, wait_until="networkidle")
-        wait_for_charts(phone, name)
-        overflow = phone.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 1, f"{name}: the page is {overflow} px wider than a 390 px screen"
-    phone.close()
 
 
 def test_site_is_small(site):

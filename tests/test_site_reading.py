@@ -9,11 +9,10 @@ import os
 import re
 import tomllib
 from types import SimpleNamespace
-from urllib.parse import urlparse
 
 import pytest
 
-from conftest import ROOT, SITE, expected_charts, pages, script, wait_for_charts
+from conftest import ROOT, SITE, pages, script, wait_for_charts
 
 LAPTOP = {"viewport": {"width": 1280, "height": 800}}
 WIDE_LAPTOP = {"viewport": {"width": 1366, "height": 768}}
@@ -340,44 +339,6 @@ def test_charts_follow_the_dark_theme(site_url, browser):
             assert c["bg"] in ("none", "transparent") or (len(bg) == 4 and bg[3] == 0) or sum(bg[:3]) < 200, f"white chart card in dark mode: {c}"
             assert sum(rgb(c["text"])[:3]) > 450, f"axis labels too dark for the dark theme: {c}"
             assert sum(rgb(c["behind"])[:3]) < 200, f"the chart sits on a light card in the dark theme: {c}"
-
-
-# --- page weight ------------------------------------------------------------------------------------------------
-
-def test_page_weight_on_a_first_visit(site_url, browser):
-    """Bytes a page loads with an empty cache (sum of the response bodies). Vega is loaded only with charts and MathJax
-    only with math; each library within its own budget, and the page with everything else (its HTML, the theme, the
-    site's scripts) within 1 MB, so that a page with both charts and math has the same room for its own content as a
-    page with neither."""
-    LIBRARIES = {"Vega": (lambda u: u.endswith(("/_static/vega-bundle.js", "/_static/vega-setup.js")), 1.0e6),
-                 "MathJax": (lambda u: "/_static/mathjax/" in u, 1.0e6)}  # each file in one of them at most
-    heavy = []
-    for name in pages():
-        html = (SITE / name).read_text()
-        charts, math = bool(expected_charts(name)), 'class="math' in html
-        with opened(browser, "1280x800") as page:
-            done = []
-            page.on("requestfinished", lambda r: done.append(r))
-            page.goto(site_url + name, wait_until="networkidle")
-            if charts:
-                wait_for_charts(page, name)
-            if math:  # MathJax loads its parts and fonts as it typesets
-                page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise && "
-                                       "document.querySelector('mjx-container')", timeout=30000)
-            page.wait_for_load_state("networkidle")
-            loaded = [(urlparse(r.url).path, r.sizes()["responseBodySize"]) for r in done]
-        own = sum(size for _, size in loaded)
-        for library, (part_of, budget) in LIBRARIES.items():
-            size = sum(s for u, s in loaded if part_of(u))
-            own -= size
-            if size > budget:
-                heavy.append(f"{name}: {library} {size / 1e6:.2f} MB (budget {budget / 1e6:.1f} MB)")
-        if own > 1.0e6:
-            heavy.append(f"{name}: {own / 1e6:.2f} MB besides Vega and MathJax (budget 1.0 MB)")
-        urls = [u for u, _ in loaded]
-        assert any(LIBRARIES["Vega"][0](u) for u in urls) == charts, f"{name}: Vega loaded {'without' if not charts else 'missing with'} charts"
-        assert any(LIBRARIES["MathJax"][0](u) for u in urls) == math, f"{name}: MathJax loaded {'without' if not math else 'missing with'} math"
-    assert not heavy, "\n".join(heavy)
 
 
 def test_no_build_cache_in_the_published_site(site):

@@ -48,4 +48,4 @@ echo "== 5/6 documentation site (python tools/build_docs.py -> site/)"
 python tools/build_docs.py
 
 echo "== 6/6 pytest (the browser tests of the site need /usr/bin/chromium)"
-python -m pytest -q tests --durations=15  # the slowest tests are listed, to keep CI under 20 minutes
+python -m pytest -q -n "${PYTEST_WORKERS:-2}" tests --durations=15  # the slowest are listed, to keep CI under 20 minutes
