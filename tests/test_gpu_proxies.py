@@ -1,0 +1,91 @@
+"""What a CPU can check of the training step a GPU runs: CI's proxies for the GPU's speed and for compiled training.
+
+A GPU step is bound by what the host does: every operator is a kernel launch, and every read of a value on the device
+makes the host wait for the GPU. So the operators of one step of the default path must not grow back (counted by
+torch.profiler, which counts them on a CPU as on a GPU), and the step must read nothing from the device. The compiled
+step must train as the eager one does. The GPU script that measures the rest, benchmarks/gpu_step.py, must run."""
+import pytest
+import torch
+
+from annotated_transformer import fast
+from annotated_transformer.loop import train_epoch
+from conftest import script
+
+gpu_step = script("benchmarks/gpu_step.py")
+train_step = script("benchmarks/train_step.py")
+
+VOCAB = 50
+TINY = dict(d_model=32, d_ff=64, h=4)
+
+# Top-level operators of one step of the default path (bf16 autocast, make_optimizer's Adam) on the CPU, for the tiny
+# model: `fixed` at N=1, `per_layer` added by each further encoder + decoder layer. An extra operator in a layer's
+# forward pass adds at least 2 to per_layer (one per stack), so MARGIN stays below that: the second test shows a
+# `.clone()` in the feed-forward layers would fail the budget. Recorded per torch version, as operators change with it.
+BUDGETS = {"2.13": dict(fixed=1334, per_layer=1063)}
+MARGIN = 1
+
+
+def ops_of_step(N: int) -> int:
+    trainer = gpu_step.Trainer(dict(N=N, **TINY), VOCAB, "cpu", "bf16", dropout=0.1)
+    batch, warmup = gpu_step.make_batches(2, 4, VOCAB)
+    trainer.step(warmup)  # Adam's state exists from here on, as in every step but a run's first
+    return gpu_step.count_ops(trainer, batch)
+
+
+def step_ops() -> dict:
+    one, two = ops_of_step(1), ops_of_step(2)
+    return dict(fixed=one, per_layer=two - one)
+
+
+def budget() -> dict:
+    version = ".".join(torch.__version__.split(".")[:2])
+    if version not in BUDGETS:
+        pytest.skip(f"no operator budget recorded for torch {version}: record step_ops() in BUDGETS")
+    return BUDGETS[version]
+
+
+def test_a_step_launches_no_more_operators_than_its_budget():
+    counted, allowed = step_ops(), budget()
+    assert all(counted[k] <= allowed[k] + MARGIN for k in allowed), (counted, allowed)
+
+
+def test_the_budget_catches_one_extra_operator_per_layer(monkeypatch):
+    allowed = budget()
+    forward = fast.FastFeedForward.forward
+    monkeypatch.setattr(fast.FastFeedForward, "forward", lambda self, x: forward(self, x).clone())
+    assert step_ops()["per_layer"] > allowed["per_layer"] + MARGIN
+
+
+def reads_of_epoch(batches, loss_compute=None):
+    "(harmless reads, device reads) of `train_epoch` over `batches`: the reads by Python of a tensor's value."
+    trainer = gpu_step.Trainer(dict(N=1, **TINY), VOCAB, "cpu", "bf16", dropout=0.1)
+    trainer.step(batches[0])  # Adam's state made
+    with gpu_step.HostReads() as reads:
+        train_epoch(batches, trainer.model, loss_compute or trainer.loss_compute, trainer.optimizer, trainer.scheduler,
+                    precision="bf16", progress=False, max_grad_norm=1.0)
+    return gpu_step.expected_reads(reads.reads, trainer.optimizer)
+
+
+def test_a_step_reads_nothing_from_the_device():
+    harmless, device = reads_of_epoch(gpu_step.make_batches(3, 4, VOCAB))
+    assert device == []
+    assert harmless.count(("__float__", "train_epoch")) == 1  # the epoch's mean loss, once for three steps
+
+
+def test_a_read_in_the_step_is_caught():
+    batches = gpu_step.make_batches(2, 4, VOCAB)
+    trainer_loss = gpu_step.Trainer(dict(N=1, **TINY), VOCAB, "cpu", "bf16").loss_compute
+    def loss_with_a_read(x, y, norm):
+        loss, node = trainer_loss(x, y, norm)
+        if loss > 1e6:  # a check of every step's loss: bool() of a tensor waits for the GPU
+            raise RuntimeError("diverged")
+        return loss, node
+    _, device = reads_of_epoch(batches, loss_with_a_read)
+    assert ("__bool__", "loss_with_a_read") in device
+
+
+def test_masked_selection_counts_as_a_read():
+    x = torch.arange(6.0)
+    with gpu_step.HostReads() as reads:
+        x[x > 2]
+    assert [name for name, _, _ in reads.reads] == ["__getitem__"]
