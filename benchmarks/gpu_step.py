@@ -159,9 +159,10 @@ def profile_step(trainer: Trainer, batch: Batch, device: torch.device) -> dict:
 
 def _sdpa_site(p: float):
     "Attention's dropout: with q = k = 0 every weight is 1/S and v the identity, so the output is the kept mask."
-    def site(x):  # x: (batch, heads, S, S) ones, requires grad; the backward's mask comes back through v's gradient
+    def site(x):  # x: (batch, heads, S, S) ones; v is the identity, and x gets v's gradient
         q = torch.zeros_like(x)
-        return F.scaled_dot_product_attention(q, q, x * torch.eye(x.size(-1), device=x.device), dropout_p=p) * x.size(-1)
+        v = x - x.detach() + torch.eye(x.size(-1), device=x.device)
+        return F.scaled_dot_product_attention(q, q, v, dropout_p=p) * x.size(-1)
     return site
 
 
@@ -173,23 +174,33 @@ def dropout_sites(p: float, d_model: int, d_ff: int, heads: int) -> dict:
     return {"residual / embeddings: FastDropout (batch, length, d_model)": (drop, (32, 24, d_model)),
             "after merging heads: FastDropout of a transposed copy": (merged_heads, (32, heads, 24, d_model // heads)),
             "feed-forward: _ReluDropout (batch, length, d_ff)": (lambda x: _ReluDropout.apply(x, p), (32, 24, d_ff)),
-            "attention weights: F.scaled_dot_product_attention": (_sdpa_site(p), (8, heads, 24, 24))}
+            ATTENTION: (_sdpa_site(p), (8, heads, 24, 24))}
 
 
-def mask_stats(site, shape: tuple, p: float, device) -> dict:
+ATTENTION = "attention weights: F.scaled_dot_product_attention"
+
+
+def backward_mask(name: str, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    "The mask the backward pass used, in the output's layout, from the input's gradient."
+    if name == ATTENTION:  # the output's gradient is the identity: v's gradient is the kept weights, transposed
+        out.backward(torch.eye(out.size(-1), device=out.device).expand_as(out))
+        return x.grad.transpose(-2, -1) != 0
+    out.backward(torch.ones_like(out))
+    if x.dim() == 4:  # the merged-heads site: the gradient comes back in the heads' layout
+        return x.grad.transpose(1, 2).reshape(out.shape) != 0
+    return x.grad != 0
+
+
+def mask_stats(name: str, site, shape: tuple, p: float, device) -> dict:
     "Keep rate, neighbours' agreement (independent draws: p^2 + (1-p)^2) and one mask in both passes, of one site."
     x = torch.ones(shape, device=device, requires_grad=True)
     out = site(x)
-    out.backward(torch.ones_like(out))
-    kept = (out.detach() != 0).reshape(-1, out.size(-1)).float()  # rows of the last dimension
-    merged = x.dim() == 4 and out.dim() == 3  # the merged-heads site: the gradient comes back in the heads' layout
-    grad = x.grad.transpose(1, 2).reshape(out.shape) if merged else x.grad
-    if grad.shape != out.shape:  # attention: v's gradient is the mask transposed, times the identity's diagonal
-        grad = grad.transpose(-2, -1)
-    return dict(kept=round(kept.mean().item(), 4), expected=round(1 - p, 4),
-                neighbours_agree=round((kept[:, 1:] == kept[:, :-1]).float().mean().item(), 4),
+    kept = out.detach() != 0
+    rows = kept.reshape(-1, out.size(-1)).float()  # rows of the last dimension
+    return dict(kept=round(rows.mean().item(), 4), expected=round(1 - p, 4),
+                neighbours_agree=round((rows[:, 1:] == rows[:, :-1]).float().mean().item(), 4),
                 independent=round(p * p + (1 - p) ** 2, 4),
-                same_mask_backward=bool(((grad.reshape(out.shape) != 0) == (out.detach() != 0)).all()))
+                same_mask_backward=bool((backward_mask(name, x, out) == kept).all()))
 
 
 def check_dropout_sites(device, p: float = 0.1, d_model: int = 256, d_ff: int = 1024, heads: int = 8,
@@ -198,7 +209,7 @@ def check_dropout_sites(device, p: float = 0.1, d_model: int = 256, d_ff: int = 
     out = {}
     for name, (site, shape) in dropout_sites(p, d_model, d_ff, heads).items():
         torch._dynamo.reset()
-        out[name] = mask_stats(torch.compile(site, dynamic=False) if compiled else site, shape, p, device)
+        out[name] = mask_stats(name, torch.compile(site, dynamic=False) if compiled else site, shape, p, device)
     return out
 
 

@@ -89,3 +89,46 @@ def test_masked_selection_counts_as_a_read():
     with gpu_step.HostReads() as reads:
         x[x > 2]
     assert [name for name, _, _ in reads.reads] == ["__getitem__"]
+
+
+@pytest.mark.slow  # compiling on a CPU: about a minute of CPU time
+def test_the_compiled_step_trains_as_the_eager_one():
+    "Dropout off, so that the two are deterministic: losses and weights equal after every one of three steps."
+    batches = gpu_step.make_batches(3, 4, VOCAB)
+    runs = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        trainer = gpu_step.Trainer(dict(N=1, **TINY), VOCAB, "cpu", "fp32", dropout=0.0, compiled=compiled)
+        runs.append([(trainer.step(b), [p.detach().clone() for p in trainer.model.parameters()]) for b in batches])
+    for (eager_loss, eager_weights), (compiled_loss, compiled_weights) in zip(*runs):
+        torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(compiled_weights, eager_weights, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow  # compiling on a CPU: a few seconds per dropout site
+def test_compiled_dropout_keeps_1_minus_p_independently_and_backward_uses_the_same_mask():
+    p = 0.1
+    for site, stats in gpu_step.check_dropout_sites("cpu", p, d_model=32, d_ff=64, heads=4).items():
+        assert abs(stats["kept"] - (1 - p)) < 0.01, (site, stats)
+        assert abs(stats["neighbours_agree"] - stats["independent"]) < 0.02, (site, stats)
+        assert stats["same_mask_backward"], (site, stats)
+
+
+def test_the_gpu_probe_runs_on_a_cpu(monkeypatch, capsys):
+    "benchmarks/gpu_step.py --dry-run, compiled steps run eagerly here (the tests above compile): no typo waits for a GPU."
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    gpu_step.main(["--dry-run"])
+    out = capsys.readouterr().out
+    assert "device_reads {}" in out  # the profiled step read nothing from the device
+    assert out.count("same_mask_backward': True") == 8  # 4 sites, compiled and eager
+    assert "dropout 0: largest loss difference 0.00e+00" in out  # the "compiled" run here is the eager one
+
+
+def test_mfu_counts_the_matrix_products():
+    "6 x weights x tokens + attention: for one pair of one token each way, the formula by hand."
+    from annotated_transformer.batches import Batch
+    b = Batch(torch.tensor([[5]]), torch.tensor([[0, 7]]), pad=train_step.PAD)  # 1 source token, 1 target token
+    N, d, d_ff = (train_step.SIZES["small"][k] for k in ("N", "d_model", "d_ff"))
+    by_hand = 6 * N * (4 * d * d + 2 * d * d_ff) + 6 * N * (8 * d * d + 2 * d * d_ff) + 6 * d * train_step.TGT_VOCAB \
+        + 12 * d * N * (1 * 1 + 1 * (1 + 1))
+    assert train_step.step_flops("small", b) == by_hand
