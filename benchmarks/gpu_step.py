@@ -4,7 +4,7 @@ A step is what `train` runs for one batch: `train_epoch` on one batch of the fas
 `make_optimizer`'s Adam and schedule, in the precision "auto" picks. Four parts, each printed as it ends:
 
 1. profile: one step at --pairs sentence pairs under torch.profiler, after two warm-up steps. It counts the operators
-   the step runs, and on a GPU the kernels, the kernel launches, the host's time against the GPU's busy time, and the
+   the step runs, and on a GPU the kernels, the kernel launches, the step's time against the GPU's busy time, and the
    copies and synchronisations that make the host wait. `HostReads` lists every read of a tensor's value by Python
    (`.item()`, `float(t)`, `bool(t)`, ...), with the function that made it; `expected_reads` says which are harmless.
 2. dropout sites: each dropout of the model, compiled alone on its real layout (FastDropout on (batch, length, d_model),
@@ -131,15 +131,17 @@ def count_ops(trainer: Trainer, batch: Batch) -> int:
 
 
 def profile_step(trainer: Trainer, batch: Batch, device: torch.device) -> dict:
-    "One step under torch.profiler (after two warm-up steps): operators, kernels, launches, syncs, host and GPU time."
+    """One step timed, then one under torch.profiler (after two warm-up steps): operators, kernels, launches, syncs,
+    copies to the host and the GPU's busy time. A step much longer than the GPU is busy is bound by the host."""
     for _ in range(2):
         trainer.step(batch)
+    t0 = time.perf_counter()
+    trainer.step(batch)  # not profiled: the step's own time (it ends by reading its loss, so the GPU has finished)
+    step_s = time.perf_counter() - t0
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with HostReads() as reads, profile(activities=activities) as prof:
-        t0 = time.perf_counter()
         trainer.step(batch)
-        host_s = time.perf_counter() - t0  # the step returns after its one read at the end: the GPU has finished
     events = prof.events()
     names = Counter(e.name for e in events)
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -147,12 +149,12 @@ def profile_step(trainer: Trainer, batch: Batch, device: torch.device) -> dict:
     return dict(
         operators=sum(1 for e in events if e.name.startswith("aten::") and not
                       (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))),
-        kernels=len(kernels), gpu_busy_ms=round(sum(e.device_time for e in kernels) / 1e3, 2) if cuda else None,
+        kernels=len(kernels), gpu_busy_ms=round(sum(e.time_range.elapsed_us() for e in kernels) / 1e3, 2) if cuda else None,
         launches=sum(n for k, n in names.items() if "LaunchKernel" in k or k == "cuLaunchKernel"),
         syncs=sum(n for k, n in names.items() if "Synchronize" in k),
         copies_to_host=sum(1 for e in events if "Memcpy DtoH" in e.name or "Memcpy D2H" in e.name),
-        host_ms=round(host_s * 1e3, 2), harmless_reads=dict(Counter(harmless)), device_reads=dict(Counter(device_reads)),
-        table=prof.key_averages().table(sort_by="cuda_time_total" if cuda else "cpu_time_total", row_limit=25))
+        step_ms=round(step_s * 1e3, 2), harmless_reads=dict(Counter(harmless)), device_reads=dict(Counter(device_reads)),
+        table=prof.key_averages().table(sort_by="device_time_total" if cuda else "cpu_time_total", row_limit=25))
 
 
 # ------------------------------------------------------------------ 2. the dropout masks, eager and compiled
