@@ -4,12 +4,14 @@ A GPU step is bound by what the host does: every operator is a kernel launch, an
 makes the host wait for the GPU. So the operators of one step of the default path must not grow back (counted by
 torch.profiler, which counts them on a CPU as on a GPU), and the step must read nothing from the device. The compiled
 step must train as the eager one does. The GPU script that measures the rest, benchmarks/gpu_step.py, must run."""
+import re
+
 import pytest
 import torch
 
 from annotated_transformer import fast
 from annotated_transformer.loop import train_epoch
-from conftest import script
+from conftest import ROOT, script
 
 gpu_step = script("benchmarks/gpu_step.py")
 train_step = script("benchmarks/train_step.py")
@@ -140,3 +142,15 @@ def test_mfu_counts_the_matrix_products():
     by_hand = 6 * N * (4 * d * d + 2 * d * d_ff) + 6 * N * (8 * d * d + 2 * d * d_ff) + 6 * d * train_step.TGT_VOCAB \
         + 12 * d * N * (1 * 1 + 1 * (1 + 1))
     assert train_step.step_flops("small", b) == by_hand
+
+
+def test_the_mfu_on_the_gpu_page_is_that_of_the_h100_log():
+    "The page's MFU figures: the H100 log's tokens/s of the default path, at 128 and 1,024 pairs, by `step_flops`."
+    text = (ROOT / "benchmarks" / "results_gpu_train_step.txt").read_text()
+    pairs = [int(n) for n in re.findall(r"^base model .*?, (\d+) sentence pairs per batch$", text, re.M)]
+    tok_s = [float(v) for v in re.findall(r"^\| fast \| ([\d.]+) \|", text, re.M)]
+    assert pairs == [128, 1024] and len(tok_s) == 2
+    page = (ROOT / "docs" / "15_gpu.md").read_text()
+    for n, rate in zip(pairs, tok_s):
+        mfu = rate * train_step.flops_per_target_token("base", n, 10) / 989e12  # the benchmark's 10 rounds
+        assert f"{100 * mfu:.1f} % MFU" in page, (n, mfu)
