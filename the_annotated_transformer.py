@@ -1197,7 +1197,9 @@ def make_optimizer(model: nn.Module,  # the model to train
                    warmup: int = 4000,  # warmup steps
                    ) -> tuple[torch.optim.Adam, LambdaLR]:
     "Adam with the paper's betas and epsilon, and the schedule of equation 3 as a `LambdaLR`."
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    # On a GPU, `fused` runs the update of every parameter in one kernel instead of a dozen per group of tensors.
+    fused = all(p.is_cuda for p in model.parameters()) or None  # None: PyTorch's default (the CPU's stays as it was)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=fused)
     scheduler = LambdaLR(optimizer, lr_lambda=lambda step: rate(step, d_model, factor, warmup))
     return optimizer, scheduler
 

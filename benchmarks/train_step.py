@@ -24,6 +24,16 @@ One training step = forward + label-smoothed loss + backward + Adam step, on bat
                 between them, from the full log-probabilities in float32). Its target tokens count each pair once,
                 so its tokens/s is the rate at which it gets through the training set, comparable with (a)'s
 
+MFU (model FLOP utilisation) on a GPU whose peak is known (PEAK_FLOPS): the arithmetic a step needs, divided by its
+time and the GPU's dense bf16 peak (989 TFLOP/s for an H100 SXM or an H200). A step's FLOPs (`step_flops`) count its
+matrix products, forward and backward (three times the forward's, hence the 6 in 6 x parameters):
+  6 x (4 d^2 + 2 d d_ff) x N x source tokens                           encoder layers' weights
+  6 x (8 d^2 + 2 d d_ff) x N x target tokens + 6 x d x V x target tokens   decoder layers' and output layer's weights
+  12 x d x N x (source tokens x S + target tokens x (T + S))             attention's two products, per key position
+where tokens are the real (not padding) tokens, S and T the padded source and target lengths (every key is computed,
+masked or not), d = d_model and V the target vocabulary. Embeddings, norms and element-wise work are left out, as MFU
+usually leaves them. The same FLOPs are charged to every implementation: (b)'s fp32 and (c)'s own arithmetic too.
+
 On a GPU the timings wait for the GPU (torch.cuda.synchronize) and the memory is the peak of
 torch.cuda.max_memory_allocated during a step above the memory allocated before it.
 
@@ -116,6 +126,34 @@ class TorchTransformer(nn.Module):
         logits = self.proj(out)
         return F.cross_entropy(logits.reshape(-1, TGT_VOCAB), b.tgt_y.reshape(-1), ignore_index=PAD,
                                label_smoothing=0.1, reduction="sum") / b.ntokens
+
+
+PEAK_FLOPS = [("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12), ("L4", 121e12)]  # dense bf16
+
+
+def step_flops(size: str, b: Batch) -> float:
+    "The FLOPs of one training step's matrix products on batch `b` (see the docstring)."
+    N, d, d_ff = SIZES[size]["N"], SIZES[size]["d_model"], SIZES[size]["d_ff"]
+    src_tokens, tgt_tokens = int((b.src != PAD).sum()), b.ntokens
+    S, T = b.src.size(1), b.tgt.size(1)
+    weights = 6 * N * ((4 * d * d + 2 * d * d_ff) * src_tokens + (8 * d * d + 2 * d * d_ff) * tgt_tokens)
+    attention = 12 * d * N * (src_tokens * S + tgt_tokens * (T + S))
+    return weights + attention + 6 * d * TGT_VOCAB * tgt_tokens
+
+
+def flops_per_target_token(size: str, batch_size: int, rounds: int) -> float:
+    "The FLOPs per target token of the batches `bench` times (the same generator and seed)."
+    gen = torch.Generator().manual_seed(1)
+    batches = [make_batch(gen, batch_size) for _ in range(rounds + 2)][2:]
+    return sum(step_flops(size, b) for b in batches) / sum(b.ntokens for b in batches)
+
+
+def peak_flops(device: torch.device) -> tuple[str, float] | None:
+    "(GPU name, dense bf16 FLOP/s) of a GPU in PEAK_FLOPS, or None."
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next(((name, peak) for key, peak in PEAK_FLOPS if key in name), None)
 
 
 def build(kind, size, device, precision):
@@ -310,6 +348,18 @@ def main():
                  f"{mem['fast'] / mem['fast+torch_masks']:.2f}x" if args.torch_masks else "")
               + (f"; fast/fast+rdrop speed {tok_s['fast'] / tok_s['fast+rdrop']:.2f}x, memory "
                  f"{mem['fast+rdrop'] / mem['fast']:.2f}x of fast's" if args.rdrop else ""))
+        print_mfu(run, tok_s, peak_flops(device), args.rounds)
+
+
+def print_mfu(run, tok_s: dict, peak: tuple[str, float] | None, rounds: int) -> None:
+    "One line: each implementation's MFU, with the FLOPs per target token and the peak it divides by."
+    per_token = flops_per_target_token(run[0], run[1], rounds)
+    if peak is None:
+        print(f"MFU: no peak known for this device ({per_token / 1e6:.1f} MFLOP per target token)")
+        return
+    name, flops = peak
+    print(f"MFU ({per_token / 1e6:.1f} MFLOP per target token; {name}'s dense bf16 peak {flops / 1e12:.0f} TFLOP/s): "
+          + ", ".join(f"{k} {t * per_token / flops:.1%}" for k, t in tok_s.items()))
 
 
 def read_tables(text: str) -> dict[str, dict[str, tuple[float, float]]]:

@@ -69,13 +69,13 @@ def test_covers_what_the_readme_promises():
     text = SCRIPT.read_text()
     for piece in ("nbdev-test --flags gpu", "copy-task", "train --out-dir", "translate --checkpoint",
                   "evaluate --checkpoint", "benchmarks/train_step.py --device cuda", "benchmarks/decode.py", "--compile",
-                  "--device cuda"):
+                  "--device cuda", "benchmarks/gpu_step.py --device cuda"):
         assert piece in text, piece
     assert "gpu_check.sh" in (ROOT / "README.md").read_text()
 
 
 def test_bad_steps_list_is_one_line_and_exit_2():
-    for bad in ("7", "0", "1,,2", "a"):
+    for bad in ("8", "0", "1,,2", "a"):
         res = run("--steps", bad)
         assert res.returncode == 2, bad
         assert res.stderr.strip().count("\n") == 0 and "--steps" in res.stderr, res.stderr
@@ -83,17 +83,17 @@ def test_bad_steps_list_is_one_line_and_exit_2():
 
 def test_no_bench_leaves_out_the_benchmark_steps_in_either_order():
     """--no-bench and --steps used to write one variable, so the later option won; now --no-bench always removes the
-    benchmark steps, 5 and 6."""
+    benchmark steps, 5, 6 and 7."""
     for args in (("--no-bench", "--steps", "1,5,6"), ("--steps", "1,5", "--no-bench"), ("--no-bench",)):
         res = run(*args, "--dry-run")
         assert res.returncode == 0, res.stderr
         expected = "1" if "--steps" in args else "1,2,3,4"
-        assert res.stdout.split() == ["steps", expected, "(of", "1-6)"], (args, res.stdout)
-    for benchmarks_only in ("5", "6", "5,6"):
+        assert res.stdout.split() == ["steps", expected, "(of", "1-7)"], (args, res.stdout)
+    for benchmarks_only in ("5", "6", "7", "5,6,7"):
         res = run("--steps", benchmarks_only, "--no-bench")
         assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--no-bench" in res.stderr, res.stderr
     res = run("--dry-run")
-    assert res.stdout.split() == ["steps", "1,2,3,4,5,6", "(of", "1-6)"], res.stdout
+    assert res.stdout.split() == ["steps", "1,2,3,4,5,6,7", "(of", "1-7)"], res.stdout
 
 
 def test_help_is_the_header_comment():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's GPU check, for any CUDA machine (a cloud GPU, Colab's terminal): everything CI cannot run.
 #
-#   bash tools/gpu_check.sh [--data-dir DIR] [--log FILE] [--no-bench] [--steps 1,2,3,4,5,6] [--dry-run]
+#   bash tools/gpu_check.sh [--data-dir DIR] [--log FILE] [--no-bench] [--steps 1,2,3,4,5,6,7] [--dry-run]
 #
 # Prints the GPU, torch and the precision "auto" picks, then runs, each as a named step:
 #   1. the notebooks with their `#| gpu` cells (nbdev-test --flags gpu, a few at a time), and the `#| slow` cell of
@@ -10,12 +10,16 @@
 #   2. `annotated-transformer copy-task` with its defaults: every example must be an exact copy;
 #   3. a short `annotated-transformer train` on Multi30k in the default precision, then `translate` with it;
 #   4. `translate` and `evaluate` (test2016, beam 4) of the shipped model on the GPU: BLEU within 0.5 of results.json;
-#   5. the GPU benchmarks: benchmarks/train_step.py --device cuda and benchmarks/decode.py --device cuda (a sweep);
+#   5. the GPU benchmarks: benchmarks/train_step.py --device cuda (tokens/s, memory and MFU of the plain, default and
+#      torch.nn.Transformer paths at 128 and 1,024 pairs) and benchmarks/decode.py --device cuda (a sweep);
 #   6. the training step under torch.compile: benchmarks/train_step.py --device cuda --compile, one process per
-#      implementation at 128 pairs (compiling takes minutes, so it is a step of its own).
+#      implementation at 128 pairs (compiling takes minutes, so it is a step of its own);
+#   7. the training step probed: benchmarks/gpu_step.py (one step at 128 pairs profiled: operators, kernels, launches,
+#      host time, reads of the device; each dropout's masks compiled; eager and compiled training step by step).
 # --steps runs only the numbered steps (all by default), e.g. --steps 1 or --steps 2,3,4,5 to split the check;
-# --no-bench leaves out the benchmarks, steps 5 and 6 (whatever the order of the two options); --dry-run prints the
-# steps and stops.
+# --steps 5,7 is what a GPU lent for about ten minutes can run. --no-bench leaves out the benchmarks and the probe,
+# steps 5, 6 and 7 (whatever the order of the two options); --dry-run prints the steps and stops.
+# (`python benchmarks/gpu_step.py --dry-run` runs step 7's script on a CPU with a tiny model; CI does.)
 # Exits 1 if any step failed (all steps run), 2 on a bad option, 3 without a CUDA GPU.
 # Stopped by Ctrl-C or by a time limit on its process group (timeout), it logs the step in flight and its seconds.
 # Everything printed also goes to --log (default: benchmarks/results_gpu.txt, with the date, GPU and torch).
@@ -26,7 +30,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DATA_DIR="${ANNOTATED_TRANSFORMER_DATA:-}"
 LOG=benchmarks/results_gpu.txt
-STEPS=",1,2,3,4,5,6,"
+STEPS=",1,2,3,4,5,6,7,"
 NO_BENCH=0
 DRY_RUN=0
 while [ $# -gt 0 ]; do
@@ -36,15 +40,15 @@ while [ $# -gt 0 ]; do
     --no-bench) NO_BENCH=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
     --steps)
-      [[ "${2:-}" =~ ^[1-6](,[1-6])*$ ]] || { echo "gpu_check.sh: --steps needs step numbers 1-6 separated by commas, got '${2:-}'" >&2; exit 2; }
+      [[ "${2:-}" =~ ^[1-7](,[1-7])*$ ]] || { echo "gpu_check.sh: --steps needs step numbers 1-7 separated by commas, got '${2:-}'" >&2; exit 2; }
       STEPS=",$2,"; shift 2 ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;  # the comment above
     *) echo "gpu_check.sh: unknown option '$1' (expected --data-dir DIR, --log FILE, --no-bench, --steps LIST, --dry-run)" >&2; exit 2 ;;
   esac
 done
-if [ "$NO_BENCH" = 1 ]; then STEPS=${STEPS/,5,/,}; STEPS=${STEPS/,6,/,}; fi
-if [ "$STEPS" = "," ]; then echo "gpu_check.sh: --no-bench leaves out the benchmark steps 5 and 6, all that --steps asked for" >&2; exit 2; fi
-if [ "$DRY_RUN" = 1 ]; then echo "steps     ${STEPS:1:${#STEPS}-2} (of 1-6)"; exit 0; fi
+if [ "$NO_BENCH" = 1 ]; then STEPS=${STEPS/,5,/,}; STEPS=${STEPS/,6,/,}; STEPS=${STEPS/,7,/,}; fi
+if [ "$STEPS" = "," ]; then echo "gpu_check.sh: --no-bench leaves out the benchmark steps 5, 6 and 7, all that --steps asked for" >&2; exit 2; fi
+if [ "$DRY_RUN" = 1 ]; then echo "steps     ${STEPS:1:${#STEPS}-2} (of 1-7)"; exit 0; fi
 if [ -z "$DATA_DIR" ] && [ -d ../shared/data/multi30k ]; then DATA_DIR=../shared/data/multi30k; fi
 if [ -n "$DATA_DIR" ]; then
   [ -d "$DATA_DIR" ] || { echo "gpu_check.sh: --data-dir '$DATA_DIR' is not a folder" >&2; exit 2; }
@@ -70,7 +74,7 @@ print(f"GPU       {torch.cuda.get_device_name()} ({torch.cuda.get_device_propert
 print(f"torch     {torch.__version__} (CUDA {torch.version.cuda})")
 print(f"precision {resolve_precision(torch.device('cuda'), 'auto')} (what precision='auto' picks here)")
 EOF
-echo "steps     ${STEPS:1:${#STEPS}-2} (of 1-6)"
+echo "steps     ${STEPS:1:${#STEPS}-2} (of 1-7)"
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -150,6 +154,10 @@ fi
 if wanted 6; then
   step "benchmark: training step with torch.compile (base model, batches of 128)" \
     python benchmarks/train_step.py --device cuda --models base --batch-sizes 128 --rounds 10 --repeats 1 --compile
+fi
+if wanted 7; then
+  step "the training step probed: profile at 128 pairs, dropout masks compiled, eager against compiled step by step" \
+    python benchmarks/gpu_step.py --device cuda --profile-model base --model recipe --pairs 128 --steps 150
 fi
 
 echo
