@@ -148,11 +148,11 @@ def onnx_graphs(model: EncoderDecoder, folder: Path) -> None:
     with torch.no_grad():
         memory_kv = EncoderGraph(model)(src)
         torch.onnx.export(EncoderGraph(model), (src,), folder / "encoder.onnx", input_names=["src"],
-                          output_names=["memory_kv"], dynamic_shapes=({0: batch, 1: src_len},), dynamo=True)
+                          output_names=["memory_kv"], dynamic_shapes=({0: batch, 1: src_len},), dynamo=True, verbose=False)
         torch.onnx.export(StepGraph(model), (src[:, 0], src, memory_kv, past), folder / "step.onnx",
                           input_names=["token", "src", "memory_kv", "past"], output_names=["logp", "present"],
                           dynamic_shapes=({0: batch}, {0: batch, 1: src_len}, {2: batch, 4: src_len},
-                                          {2: batch, 4: torch.export.Dim("steps")}), dynamo=True)
+                                          {2: batch, 4: torch.export.Dim("steps")}), dynamo=True, verbose=False)
 
 # %% ../nbs/29_export.ipynb #d23621a2
 EXPORTERS = {"ctranslate2": lambda model, folder: ct2_spec(model).save(str(folder)), "onnx": onnx_graphs}
