@@ -227,7 +227,7 @@ class OnnxModel(EngineModel, Decodable):
         return OnnxState(src.numpy(), memory_kv, memory_kv[:, :, :, :, :0])  # no step yet: a cache of length 0
 
     def step(self, token, state: OnnxState) -> torch.Tensor:  # (rows,) -> (rows, V)
-        logp, state.past = self.engine[1].run(None, {"token": token.numpy(), "src": state.src,
+        logp, state.past = self.engine[1].run(None, {"token": token.contiguous().numpy(), "src": state.src,
                                                      "memory_kv": state.memory_kv, "past": state.past})
         return torch.from_numpy(logp)
 
