@@ -12,6 +12,7 @@ __all__ = ['EXTRA', 'ENGINE_KEY', 'ENGINE_MODULES', 'EXPORTERS', 'engine_module'
 # %% ../nbs/29_export.ipynb #ef4b761d
 import importlib
 import json
+import logging
 import math
 import shutil
 import tempfile
@@ -245,9 +246,13 @@ def _onnx_model(path: Path, config: ModelConfig, quantization: str | None) -> On
     with tempfile.TemporaryDirectory() as tmp:  # int8 graphs live only while the sessions load them
         if quantization:  # dynamic quantization: int8 weights now, each activation's scale as it comes
             from onnxruntime.quantization import quantize_dynamic
-            for i, graph in enumerate(graphs):
-                graphs[i] = Path(tmp) / graph.name
-                quantize_dynamic(graph, graphs[i])
+            logging.disable(logging.WARNING)  # its advice to preprocess the graphs, which would reach the user's stderr
+            try:
+                for i, graph in enumerate(graphs):
+                    graphs[i] = Path(tmp) / graph.name
+                    quantize_dynamic(graph, graphs[i])
+            finally:
+                logging.disable(logging.NOTSET)
         return OnnxModel(config, [ort.InferenceSession(str(g), options) for g in graphs])
 
 def open_exported(path: Path,  # a folder `export_model` wrote
