@@ -5,7 +5,8 @@ configurations interleaved (a busy machine slows every configuration of a round 
 Reports sentences a second, the ratio to the package's greedy (or beam) speed, sacreBLEU, how many outputs equal the
 package's at the same beam size, and the size of the model's files on disk.
 
-Usage: nice python benchmarks/engines.py --json benchmarks/results_engines.json > benchmarks/results_engines.txt
+Usage: nice python benchmarks/engines.py --json benchmarks/results_engines.json
+       python benchmarks/engines.py --show benchmarks/results_engines.json > benchmarks/results_engines.txt
 """
 import argparse
 import json
@@ -44,12 +45,25 @@ def configurations(tmp: Path) -> list[tuple]:
             ("ONNX Runtime", "int8 (dynamic)", 1, onnx_int8, folder_mb(onnx))]
 
 
+def report(result: dict) -> None:
+    "Print the results as a table."
+    print(f"{result['machine']}, {result['threads']} thread, {result['sentences']} sentences of {result['data']}, "
+          f"batches of {result['batch_size']}, median of {result['rounds']} interleaved rounds")
+    print(f"{'engine':22} {'precision':20} {'decoding':8} {'sent/s':>7} {'ratio':>6} {'BLEU':>6} {'equal':>5} {'MB':>6}")
+    for r in result["rows"]:
+        print(f"{r['engine']:22} {r['precision']:20} {r['decoding']:8} {r['sentences_per_s']:7.1f} {r['speedup']:5.2f}x "
+              f"{r['bleu']:6.2f} {r['equal']:5d} {r['size_mb']:6.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--limit", type=int, default=1000, help="the first N sentences of test2016")
     parser.add_argument("--json", help="write the results here as JSON")
+    parser.add_argument("--show", help="print the table of a results file this script wrote, and stop")
     args = parser.parse_args()
+    if args.show:
+        return report(json.loads(Path(args.show).read_text()))
     torch.set_num_threads(1)  # the engines read it too (intra_threads, intra_op_num_threads)
     pairs, data = test_set("de", "en", "test")
     sources, references = [s for s, _ in pairs[:args.limit]], [r for _, r in pairs[:args.limit]]
@@ -72,11 +86,7 @@ def main() -> None:
             for i, (e, p, beam, _, mb) in enumerate(configs)]
     result = dict(machine=cpu_name(), threads=1, sentences=len(sources), data=data, rounds=args.rounds,
                   batch_size=64, rows=rows)
-    print(f"{cpu_name()}, 1 thread, {len(sources)} sentences of {data}, median of {args.rounds} interleaved rounds")
-    print(f"{'engine':22} {'precision':20} {'decoding':8} {'sent/s':>7} {'ratio':>6} {'BLEU':>6} {'equal':>5} {'MB':>6}")
-    for r in rows:
-        print(f"{r['engine']:22} {r['precision']:20} {r['decoding']:8} {r['sentences_per_s']:7.0f} {r['speedup']:5.2f}x "
-              f"{r['bleu']:6.2f} {r['equal']:5d} {r['size_mb']:6.1f}")
+    report(result)
     if args.json:
         with atomic_write(os.path.realpath(args.json)) as tmp:
             Path(tmp).write_text(json.dumps(result, indent=2) + "\n")
