@@ -7,8 +7,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/cli.html.md"
 # %% auto #0
 __all__ = ['new_path', 'file_path', 'language', 'boolean', 'CHECKS', 'MAX_THREADS', 'SUBCOMMANDS', 'interrupted_while_starting',
            'InputError', 'checked', 'in_range', 'one_of', 'device_name', 'not_empty', 'folder', 'checkpoint_folder',
-           'dataclass_arguments', 'config_from_args', 'copy_task_main', 'train_main', 'translate_main', 'evaluate_main',
-           'average_main', 'build_parser', 'main']
+           'dataclass_arguments', 'config_from_args', 'copy_task_main', 'train_main', 'model_folder', 'translate_main',
+           'evaluate_main', 'average_main', 'export_main', 'build_parser', 'main']
 
 # %% ../nbs/30_cli.ipynb #6b0fbcf3
 # First, before PyTorch loads (seconds): the command's answer to Ctrl-C while it is still starting
@@ -49,6 +49,7 @@ from .data import default_cache_dir
 from .decoding import MAX_ALPHA, MAX_BEAM, Translator, shipped_model_dir, translation_batches
 from .devices import PRECISIONS, default_device, resolve_precision
 from .distributed import distributed_environment
+from .export import EXPORTERS, export_model, is_exported  # fills the engines of `Translator`
 from .evaluation import AVERAGE_DTYPES, average_checkpoints, evaluate_translator, last_checkpoints, test_set
 from .model import LIMITS, PRESETS, Limit, ModelConfig
 from .train import TrainConfig, TrainingStopped, train
@@ -234,9 +235,16 @@ def train_main(args: argparse.Namespace) -> int:
 # %% ../nbs/30_cli.ipynb #b04ad0cc
 _TRUST = ("--trust", dict(action="store_true", help="load checkpoints that have no manifest.json, whose files cannot "
                                                     "be checked (default: refuse them)"))
-_DECODING = [("--checkpoint", dict(type=checkpoint_folder, help="checkpoint folder (model.safetensors, config.json, "
-                                   "vocabularies) (default: the model shipped with the package)")),
+def model_folder(text: str) -> str:
+    "Parser of what translates: a checkpoint folder, or a folder `export` wrote for an engine."
+    return text if is_exported(folder(text)) else checkpoint_folder(text)
+
+_DECODING = [("--checkpoint", dict(type=model_folder, help="checkpoint folder (model.safetensors, config.json, "
+                                   "vocabularies), or a folder `export` wrote (default: the model shipped with the "
+                                   "package)")),
              _TRUST,
+             ("--quantization", dict(choices=["int8"], help="an exported model only: compute with int8 weights, "
+                                                            "faster, a little less exact (default: none, float32)")),
              ("--beam-size", dict(type=in_range(1, MAX_BEAM), default=4,
                                   help=f"beam size 1..{MAX_BEAM}; 1 = greedy (default: 4)")),
              ("--alpha", dict(type=in_range(0, MAX_ALPHA, float), default=0.6,
@@ -325,7 +333,7 @@ def _writing(path: Path | None):  # None: stdout
 # %% ../nbs/30_cli.ipynb #a972ee17
 def _translator(args: argparse.Namespace) -> Translator:
     "What `translate` and `evaluate` decode with: the folder --checkpoint names, else the shipped model."
-    return Translator.from_checkpoint(args.checkpoint or shipped_model_dir(), args.device, args.trust)
+    return Translator.from_checkpoint(args.checkpoint or shipped_model_dir(), args.device, args.trust, args.quantization)
 
 def translate_main(args: argparse.Namespace) -> int:
     "One output line per input line, read, translated and written a batch at a time; a bad line is named."
@@ -415,6 +423,19 @@ def average_main(args: argparse.Namespace) -> int:
     print(f"averaged {len(paths)} checkpoints into {out}")
     return 0
 
+# %% ../nbs/30_cli.ipynb #e5b0d1a8
+_EXPORT = [
+    ("--to", dict(choices=list(EXPORTERS), required=True, help="the engine: ctranslate2 or onnx (required)")),
+    ("--out", dict(type=new_path, required=True, help="the folder to write: new, or empty (required)")),
+    ("--checkpoint", dict(type=checkpoint_folder, help="the checkpoint to export (default: the shipped model)")),
+    _TRUST]
+
+def export_main(args: argparse.Namespace) -> int:
+    "Write the --checkpoint (or the shipped model) for the engine --to names into --out."
+    out = export_model(args.checkpoint or shipped_model_dir(), args.out, args.to, args.trust)
+    print(f"exported for {args.to} into {out}")
+    return 0
+
 # %% ../nbs/30_cli.ipynb #059798c9
 MAX_THREADS = 4 * (os.cpu_count() or 1)  # more threads than cores only slow torch down; tens of thousands crash it
 _DEBUG = ("--debug", dict(action="store_true", help="show the traceback of a failure (default: off)"))
@@ -434,6 +455,8 @@ SUBCOMMANDS = {  # name: (what it does, its settings dataclass, its other option
     "evaluate": ("sacreBLEU and chrF of a shipped model or a checkpoint on Multi30k, a corpus folder or two files", None,
                  _EVALUATE + [_DEBUG, _THREADS], evaluate_main),
     "average": ("average the weights of several checkpoints (section 6.1)", None, _AVERAGE + [_DEBUG], average_main),
+    "export": ("write a checkpoint for an inference engine (CTranslate2 or ONNX Runtime)", None, _EXPORT + [_DEBUG],
+               export_main),
 }
 
 class _Parser(argparse.ArgumentParser):
