@@ -33,7 +33,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .devices import int8_rows, rng_state, set_rng_state
+from .devices import int8_rows
+from .loop import restore_trainer, trainer_state
 from .model import EncoderDecoder, ModelConfig, build_model
 from .training import TrainState
 
@@ -458,27 +459,6 @@ def load_model(path: str | Path,  # checkpoint folder
     check_stored_weights(cfg, path)
     return _load_checked(build_model(cfg), Path(path) / WEIGHTS_FILE).to(device).eval()
 
-# %% ../nbs/13_checkpoint.ipynb #8d959804
-def _optimizer_to_files(optimizer) -> tuple[dict, dict]:
-    "Split an optimizer state_dict into tensors (for safetensors) and plain data (for JSON)."
-    sd = optimizer.state_dict()
-    tensors = {f"optimizer.state.{pid}.{key}": value.detach().cpu().contiguous()
-               for pid, st in sd["state"].items() for key, value in st.items() if torch.is_tensor(value)}
-    plain = {str(pid): {k: v for k, v in st.items() if not torch.is_tensor(v)} for pid, st in sd["state"].items()}
-    return tensors, {"param_groups": sd["param_groups"], "plain_state": plain}
-
-def _optimizer_from_files(tensors: dict, data: dict) -> dict:
-    "Rebuild an optimizer state_dict from its two parts."
-    state = {}
-    for name, value in tensors.items():
-        if name.startswith("optimizer.state."):
-            pid, key = name.removeprefix("optimizer.state.").split(".", 1)
-            state.setdefault(int(pid), {})[key] = value
-    for pid, st in data["plain_state"].items():
-        state.setdefault(int(pid), {}).update(st)
-    groups = [{k: tuple(v) if k == "betas" else v for k, v in g.items()} for g in data["param_groups"]]
-    return {"state": state, "param_groups": groups}
-
 # %% ../nbs/13_checkpoint.ipynb #de505d17
 def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced as a whole)
                     model: EncoderDecoder,  # model with `.config` (unwrap DDP first)
@@ -490,18 +470,16 @@ def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced
                     files: dict[str, str] | None = None,  # more text files to include, e.g. vocabularies
                     ) -> Path:
     "Save weights and config, plus (if an optimizer is given) everything needed to resume exactly: one sealed folder."
-    path, state = check_path(path, "a checkpoint folder"), train_state or TrainState()
+    path = check_path(path, "a checkpoint folder")
     tensors = savable_weights(model, path)
-    opt_tensors, opt_data = _optimizer_to_files(optimizer) if optimizer is not None else ({}, {})
-    check_finite(opt_tensors, f"{path}: not saved ({TRAINER_TENSORS_FILE})")  # Adam's moments resume the run
-    with writing_folder(path, state.step) as tmp:
+    trainer = trainer_state(optimizer, scheduler, train_state, extra) if optimizer is not None else None
+    if trainer is not None:
+        check_finite(trainer[0], f"{path}: not saved ({TRAINER_TENSORS_FILE})")  # Adam's moments resume the run
+    with writing_folder(path, (train_state or TrainState()).step) as tmp:
         _write_model_files(tmp, tensors, model, extra_config, files)
-        if optimizer is not None:
-            rng_tensors, rng_data = rng_state()
-            save_file({**opt_tensors, **rng_tensors}, str(tmp / TRAINER_TENSORS_FILE))
-            _write_json(tmp / TRAINER_JSON_FILE, {
-                "optimizer": opt_data, "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "train_state": state.to_dict(), "python_rng": rng_data, "extra": extra or {}})
+        if trainer is not None:
+            save_file(trainer[0], str(tmp / TRAINER_TENSORS_FILE))
+            _write_json(tmp / TRAINER_JSON_FILE, trainer[1])
     return path
 
 def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_checkpoint`
@@ -518,16 +496,9 @@ def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_chec
     if not (path / TRAINER_JSON_FILE).is_file() or not (path / TRAINER_TENSORS_FILE).is_file():
         raise FileNotFoundError(f"{path} holds weights only (no {TRAINER_JSON_FILE}/{TRAINER_TENSORS_FILE}); "
                                 "it was not saved with an optimizer and cannot be resumed")
-    data = read_json(path / TRAINER_JSON_FILE)
     tensors = load_file(str(path / TRAINER_TENSORS_FILE))
     check_finite(tensors, str(path / TRAINER_TENSORS_FILE))
-    if optimizer is not None:
-        optimizer.load_state_dict(_optimizer_from_files(tensors, data["optimizer"]))
-    if scheduler is not None and data["scheduler"] is not None:
-        scheduler.load_state_dict(data["scheduler"])
-    if restore_rng:
-        set_rng_state(tensors, data["python_rng"])
-    return TrainState(**data["train_state"]), data["extra"]
+    return restore_trainer(tensors, read_json(path / TRAINER_JSON_FILE), optimizer, scheduler, restore_rng)
 
 # %% ../nbs/13_checkpoint.ipynb #0acaad45
 class RunLockedError(RuntimeError):
