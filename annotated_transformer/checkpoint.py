@@ -6,13 +6,12 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 
 # %% auto #0
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'MANIFEST_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'SCALE_SUFFIX',
-           'VOCABULARY_FILES', 'RUN_LOCK', 'RUN_HOLDER', 'RUN_CHECKPOINTS', 'MANIFEST_LIMIT', 'NOT_FINITE',
-           'FLOAT_DTYPES', 'weights_to_save', 'check_path', 'resolved', 'make_folder', 'read_json', 'sha256_of',
-           'atomic_write', 'vocabulary_fingerprint', 'writing_folder', 'check_writable', 'check_destination',
-           'check_manifest', 'recover_folder', 'recover_folders', 'check_finite', 'savable_weights', 'save_model',
-           'dequantized', 'trusted_manifest', 'read_config', 'model_config', 'check_stored_weights',
-           'check_weights_match', 'load_weights', 'load_model', 'save_checkpoint', 'load_checkpoint', 'RunLockedError',
-           'run_lock']
+           'VOCABULARY_FILES', 'RUN_LOCK', 'RUN_HOLDER', 'RUN_CHECKPOINTS', 'MANIFEST_LIMIT', 'FLOAT_DTYPES',
+           'weights_to_save', 'check_path', 'resolved', 'make_folder', 'read_json', 'sha256_of', 'atomic_write',
+           'vocabulary_fingerprint', 'writing_folder', 'check_destination', 'check_manifest', 'recover_folders',
+           'check_finite', 'savable_weights', 'save_model', 'dequantized', 'read_config', 'model_config',
+           'check_stored_weights', 'check_weights_match', 'load_weights', 'load_model', 'save_checkpoint',
+           'load_checkpoint', 'RunLockedError', 'run_lock']
 
 # %% ../nbs/13_checkpoint.ipynb #0c5e3719
 import errno
@@ -26,7 +25,6 @@ import shutil
 import socket
 import tempfile
 from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -35,8 +33,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .devices import int8_rows, rng_state, set_rng_state
-from .model import LIMITS, EncoderDecoder, ModelConfig, build_model
+from .devices import int8_rows
+from .loop import restore_trainer, trainer_state
+from .model import EncoderDecoder, ModelConfig, build_model
 from .training import TrainState
 
 # %% ../nbs/13_checkpoint.ipynb #f96476b0
@@ -45,9 +44,7 @@ TRAINER_TENSORS_FILE, TRAINER_JSON_FILE = "trainer.safetensors", "trainer.json"
 SCALE_SUFFIX = ":scale"  # an int8 matrix NAME is stored with its rows' float32 scales as NAME:scale (see `int8_rows`)
 VOCABULARY_FILES = ("tokenizer.json", "src_vocab.json", "tgt_vocab.json")  # whichever a translation checkpoint has
 
-def _recomputable(name: str) -> bool:
-    "Buffers rebuilt from the configuration and therefore not stored (the positional-encoding table)."
-    return name.endswith(".pe")
+def _recomputable(name: str) -> bool: return name.endswith(".pe")  # the positional encoding, rebuilt at loading
 
 def weights_to_save(model: nn.Module,
                     dtype: torch.dtype | None = None,  # cast floats to it; torch.int8: matrices in 8 bits
@@ -101,8 +98,7 @@ def read_json(path: str | Path) -> object:
     except RecursionError:  # thousands of nested brackets: no file this package writes looks like that
         raise ValueError(f"{path} is not valid JSON for this package: it is nested too deeply") from None
 
-def _write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True))
+def _write_json(path: Path, obj) -> None: path.write_text(json.dumps(obj, indent=2, sort_keys=True))
 
 def sha256_of(path: Path) -> str:
     "SHA-256 of a file, read in blocks of 1 MB."
@@ -117,9 +113,7 @@ def sha256_of(path: Path) -> str:
 def atomic_write(path: str | Path,  # the file or folder to write as a whole
                  folder: bool = False,  # True: the block fills a new folder; False: it writes one file
                  ):
-    """Yield a new temporary name beside `path` (`.NAME.XXXX.tmp`); when the block ends without an error, flush it to
-    the disk and rename it to `path`. A reader, or a crash, finds the old version or the new one, never a part of one.
-    An old folder is set aside first (`.NAME.XXXX.old`): a crash between the two renames leaves both whole."""
+    "Yield a temporary name beside `path`; when the block ends without an error, flush it and rename it to `path`."
     path = Path(path)
     make_folder(path.parent)
     names = dict(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -129,12 +123,14 @@ def atomic_write(path: str | Path,  # the file or folder to write as a whole
         fd, name = tempfile.mkstemp(**names)
         os.close(fd)  # the block writes the file by its name
         tmp = Path(name)
-    old = tmp.with_suffix(".old")
+    old = tmp.with_suffix(".old")  # an old folder goes aside first: a crash between the two renames leaves both whole
     try:
         yield tmp
         for f in sorted(tmp.iterdir()) if folder else [tmp]:
-            _flush(f)
-        tmp.chmod(0o755 if folder else 0o644)  # mkdtemp and mkstemp make them private to this user
+            f.chmod(0o644)  # mkdtemp and mkstemp make them private to this user
+            with open(f, "rb") as written:  # on the disk before the rename: after a power cut, a renamed file is whole
+                os.fsync(written.fileno())
+        tmp.chmod(0o755 if folder else 0o644)
         if folder and path.exists():
             os.replace(path, old)
         os.replace(tmp, path)
@@ -142,15 +138,6 @@ def atomic_write(path: str | Path,  # the file or folder to write as a whole
         _remove(tmp)
         raise
     _remove(old)
-
-def _flush(f: Path) -> None:
-    "Make a written file readable by everyone, and flush it to the disk: after a power cut, a renamed file is whole."
-    f.chmod(0o644)
-    fd = os.open(f, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 def _remove(path: Path) -> None:
     if path.is_dir():
@@ -175,18 +162,15 @@ def writing_folder(path: str | Path,  # the checkpoint folder to (re)place
                    step: int | None = None,  # optimizer step recorded in the manifest
                    ):
     "Yield an empty temporary folder beside `path`; on success, seal it and swap it into place as a whole."
-    path = resolved(check_path(path, "a checkpoint folder"))
-    check_writable(path)  # before anything is made: a refused save leaves nothing behind
+    path = check_destination(path)  # before anything is made: a refused save leaves nothing behind
     make_folder(path.parent)
     with _save_lock(path):  # one writer of `path` at a time
-        check_writable(path)  # again: the folder may have changed while this writer waited for the lock
+        check_destination(path)  # again: the folder may have changed while this writer waited for the lock
         _recover(path)  # what a writer killed before left beside `path`
         with atomic_write(path, folder=True) as tmp:
             yield tmp
             _seal(tmp, step)
-            if path.is_dir() and any(path.iterdir()) and _kind(path) != _kind(tmp):
-                raise ValueError(f"{path} holds {_kind(path)}; this save is {_kind(tmp)} and would replace it: "
-                                 "choose another folder")
+            _refuse_other_kind(path, _has_vocabularies(tmp))
 
 # %% ../nbs/13_checkpoint.ipynb #062474b6
 RUN_LOCK, RUN_HOLDER = ".lock", ".lock.holder"  # in a run's folder: the run's lock file (it stays), and who holds it
@@ -211,20 +195,21 @@ def _has_vocabularies(folder: Path) -> bool: return any((folder / n).is_file() f
 _KINDS = {True: "a translation checkpoint (with vocabularies)",
           False: "a checkpoint without vocabularies (e.g. the copy task)"}
 
-def _kind(folder: Path) -> str: return _KINDS[_has_vocabularies(folder)]
+def _refuse_other_kind(path: Path, vocabularies: bool) -> None:
+    if path.is_dir() and any(path.iterdir()) and _has_vocabularies(path) != vocabularies:
+        raise ValueError(f"{path} holds {_KINDS[not vocabularies]}; this save is {_KINDS[vocabularies]} and would "
+                         "replace it: choose another folder")
 
-def _checkpoint_around(path: Path) -> Path | None:
-    "The checkpoint folder that `path` lies inside (a folder above it with a manifest or a config.json), else None."
-    return next((p for p in path.parents if (p / MANIFEST_FILE).is_file() or (p / CONFIG_FILE).is_file()), None)
-
-def check_writable(path: str | Path) -> None:
-    "Refuse a destination that is not this process's to replace: a run's folder or checkpoint, or not a checkpoint."
+def check_destination(path: str | Path,
+                      vocabularies: bool | None = None,  # will the save hold vocabularies? (None: not known yet)
+                      ) -> Path:
+    "Refuse, before any work, a folder that is not this process's to replace or where nothing can be written."
     path = resolved(check_path(path, "a checkpoint folder"))
     run = _run_of(path)
     if run is not None and not (run != path and run in _RUNS_HERE):
         raise ValueError(f"{path} belongs to the training run in {run}, which alone writes it: choose a folder "
                          "outside it")
-    inside = _checkpoint_around(path)
+    inside = next((p for p in path.parents if (p / MANIFEST_FILE).is_file() or (p / CONFIG_FILE).is_file()), None)
     if inside is not None:
         raise ValueError(f"{path} is inside the checkpoint {inside}, whose files belong together: choose a folder "
                          "outside it")
@@ -233,16 +218,8 @@ def check_writable(path: str | Path) -> None:
     if path.exists() and any(path.iterdir()) and not any((path / n).is_file() for n in (MANIFEST_FILE, CONFIG_FILE)):
         raise ValueError(f"{path} exists and is not a checkpoint folder: it would be replaced as a whole; "
                          "choose a new folder")
-
-def check_destination(path: str | Path,
-                      vocabularies: bool | None = None,  # will the save hold vocabularies? (None: not known yet)
-                      ) -> Path:
-    "Before any work: `check_writable`, and the folder where `path` will be made is a folder that takes new entries."
-    path = resolved(check_path(path, "a checkpoint folder"))
-    check_writable(path)
-    if vocabularies is not None and path.is_dir() and any(path.iterdir()) and _has_vocabularies(path) != vocabularies:
-        raise ValueError(f"{path} holds {_kind(path)}; this save is {_KINDS[vocabularies]} and would replace it: "
-                         "choose another folder")
+    if vocabularies is not None:
+        _refuse_other_kind(path, vocabularies)
     existing = next(p for p in path.parents if p.exists())  # the missing folders on the way are made in it
     if not existing.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder: nothing can be written under it", str(existing))
@@ -255,10 +232,18 @@ def check_destination(path: str | Path,
 # %% ../nbs/13_checkpoint.ipynb #abb08768
 MANIFEST_LIMIT = 1 << 20  # bytes: a manifest lists a few files; a larger one is not read
 
-def check_manifest(path: str | Path) -> dict | None:
+def check_manifest(path: str | Path,  # checkpoint folder
+                   required: bool = False,  # refuse a folder without manifest.json (what loading does unless trusted)
+                   ) -> dict | None:
     "The manifest of checkpoint folder `path` after checking every file against it (None: a folder without one)."
-    path = Path(path)
+    path = check_path(path, "a checkpoint folder")
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a folder: expected a checkpoint folder ({CONFIG_FILE}, "
+                                f"{WEIGHTS_FILE}, ...)")
     if not (path / MANIFEST_FILE).is_file():
+        if required:
+            raise ValueError(f"{path} has no {MANIFEST_FILE}, so nothing shows that its files are the ones saved "
+                             "together; pass trust=True (--trust) to load it anyway if you know where it comes from")
         return None
     not_one = ValueError(f"checkpoint {path}: {MANIFEST_FILE} is not a manifest written by save_model")
     try:
@@ -294,45 +279,34 @@ def _listed_file(folder: Path, name) -> Path:
     return f
 
 # %% ../nbs/13_checkpoint.ipynb #c17656f5
-def _leftovers(path: Path) -> list[Path]:
-    "What interrupted saves of `path` left beside it: .NAME.XXXX.tmp (if sealed, the newer), then .NAME.XXXX.old."
-    found = [p for ext in ("tmp", "old") for p in path.parent.glob(glob.escape(f".{path.name}.") + f"*.{ext}")]
-    return [p for p in found if "." not in p.name[len(path.name) + 2:-4]]  # not those of a folder NAME.SOMETHING
-
-def _whole(folder: Path) -> bool:
-    try:
-        return folder.is_dir() and check_manifest(folder) is not None
-    except ValueError:
-        return False
-
 def _recover(path: Path) -> str | None:
     "Under `path`'s lock: put back the newest whole folder a crash left aside if `path` is missing; remove the rest."
     said = None
-    for p in _leftovers(path):
-        if said is None and not path.exists() and _whole(p):
-            os.replace(p, path)
-            said = f"recovered {path} from {p.name}, left complete by an interrupted save"
-        else:
-            _remove(p)
+    found = [p for ext in ("tmp", "old") for p in path.parent.glob(glob.escape(f".{path.name}.") + f"*.{ext}")]
+    for p in found:  # .NAME.XXXX.tmp (if sealed, the newer) before .NAME.XXXX.old
+        if "." in p.name[len(path.name) + 2:-4]:  # a leftover of a folder NAME.SOMETHING
+            continue
+        with suppress(ValueError):
+            if said is None and not path.exists() and p.is_dir() and check_manifest(p) is not None:
+                os.replace(p, path)
+                said = f"recovered {path} from {p.name}, left complete by an interrupted save"
+                continue
+        _remove(p)
     return said
 
-def recover_folder(path: str | Path) -> str | None:
-    "If a crash interrupted a save of checkpoint `path` between its two renames, put the whole copy back; say so."
-    path = resolved(path)
-    with _save_lock(path):
-        return _recover(path)
-
 def recover_folders(folder: str | Path) -> list[str]:
-    "`recover_folder` for every checkpoint of `folder` (a run folder) that an interrupted save left aside."
+    "Put back each checkpoint of `folder` (a run folder) that a crash left aside between the two renames of its save."
     names = {p.name[1:].rsplit(".", 2)[0] for ext in ("tmp", "old") for p in Path(folder).glob(f".*.*.{ext}")}
-    return [m for m in (recover_folder(Path(folder) / n) for n in sorted(names)) if m]
+    said = []
+    for path in (resolved(Path(folder) / name) for name in sorted(names)):
+        with _save_lock(path):
+            said.append(_recover(path))
+    return [m for m in said if m]
 
 # %% ../nbs/13_checkpoint.ipynb #45390b69
-NOT_FINITE = "weights that are not finite numbers cannot translate (a diverged run, or a damaged file)"
-
 def check_finite(tensors: dict[str, torch.Tensor],  # name -> tensor
                  source: str,  # where the tensors are, for the message: a file, or "FOLDER: not saved"
-                 why: str = NOT_FINITE,  # the end of the message
+                 why: str = "weights that are not finite numbers cannot translate (a diverged run, or a damaged file)",
                  ) -> None:
     "Raise a `ValueError` naming the first floating-point tensor that holds NaN or an infinity."
     for name, t in tensors.items():
@@ -379,21 +353,6 @@ def dequantized(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             out[n] = t.float() * tensors[n + SCALE_SUFFIX][:, None]  # (rows, columns) * (rows, 1)
     return out
 
-# %% ../nbs/13_checkpoint.ipynb #66b3f420
-def trusted_manifest(path: str | Path,  # checkpoint folder
-                     trust: bool = False,  # accept a folder without manifest.json (files not checked)
-                     ) -> dict | None:
-    "`check_manifest`, refusing a folder without one unless `trust`: nothing else says its files belong together."
-    check_path(path, "a checkpoint folder")
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"{path} is not a folder: expected a checkpoint folder ({CONFIG_FILE}, "
-                                f"{WEIGHTS_FILE}, ...)")
-    manifest = check_manifest(path)
-    if manifest is None and not trust:
-        raise ValueError(f"{path} has no {MANIFEST_FILE}, so nothing shows that its files are the ones saved together; "
-                         "pass trust=True (--trust) to load it anyway if you know where it comes from")
-    return manifest
-
 # %% ../nbs/13_checkpoint.ipynb #a5e5b97f
 def read_config(path: str | Path) -> dict:
     "The parsed `config.json` of checkpoint folder `path`, with a clear error if it is absent or corrupt."
@@ -410,35 +369,15 @@ def read_config(path: str | Path) -> dict:
         raise ValueError(f"{f} has no \"model\" settings; expected a config.json written by save_model")
     return config
 
-def _field_ok(value, annotation) -> bool:
-    "Does a JSON value have the type of a ModelConfig field (int, float, bool, or bool | None)?"
-    kinds = str(annotation)
-    if value is None:
-        return "None" in kinds
-    if "bool" in kinds:
-        return isinstance(value, bool)
-    if "float" in kinds:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return isinstance(value, int) and not isinstance(value, bool)
-
 def model_config(path: str | Path) -> ModelConfig:
     "The `ModelConfig` of checkpoint `path`, every value's type and size checked first (nothing is built)."
-    settings, f = read_config(path)["model"], Path(path) / CONFIG_FILE
-    for field in fields(ModelConfig):
-        if field.name in settings and not _field_ok(settings[field.name], field.type):
-            raise ValueError(f"{f}: model.{field.name} is {settings[field.name]!r}, expected {field.type}")
-        value, limit = settings.get(field.name), LIMITS.get(field.name)  # the model chapter's ranges
-        if limit is not None and value is not None and value not in limit:  # a typo, refused before anything is built
-            why = f"more than {limit.high}" if value > limit.high else f"must be {limit}"
-            raise ValueError(f"{f}: model.{field.name} is {value}, {why}")
-    return ModelConfig.from_dict(settings)
+    return ModelConfig.from_dict(read_config(path)["model"], source=f"{Path(path) / CONFIG_FILE}: model")
 
 # %% ../nbs/13_checkpoint.ipynb #1ac539bd
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # what weights may be stored in (and int8 matrices with their scales)
 
 def _stored_tensors(f: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """{name: (shape, dtype)} from the header of a safetensors file (nothing else is read), every dtype a float one or
-    an int8 matrix with one float32 scale a row; the scales themselves are not listed."""
+    "{name: (shape, dtype)} of the weights, from the header of safetensors file `f`; their 8-bit scales checked."
     try:
         with safe_open(str(f), framework="pt") as st:
             stored = {n: (tuple(st.get_slice(n).get_shape()), st.get_slice(n).get_dtype()) for n in st.keys()}
@@ -455,11 +394,15 @@ def _stored_tensors(f: Path) -> dict[str, tuple[tuple[int, ...], str]]:
                          f"matrices with their row scales; {wrong[0]}")
     return stored
 
-def check_stored_weights(cfg: ModelConfig, path: str | Path) -> None:
-    "Compare the shapes and dtypes in the header of `path`'s weights with the model `cfg` describes, before building."
+def _weights_file(path: str | Path) -> Path:
     f = Path(path) / WEIGHTS_FILE
     if not f.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in {path}: expected a checkpoint folder written by save_model")
+    return f
+
+def check_stored_weights(cfg: ModelConfig, path: str | Path) -> None:
+    "Compare the shapes and dtypes in the header of `path`'s weights with the model `cfg` describes, before building."
+    f = _weights_file(path)
     stored = _stored_tensors(f)
     d, layers = cfg.d_model, cfg.N  # a lower bound of the parameters, to refuse an inflated size before building
     least = layers * (12 * d * d + 4 * d * cfg.d_ff) + d * max(cfg.src_vocab, cfg.tgt_vocab)
@@ -489,12 +432,9 @@ def load_weights(model: nn.Module, path: str | Path,
                  trust: bool = False,  # accept a folder without manifest.json
                  ) -> nn.Module:
     "Load `model.safetensors` from the folder `path` into `model`, after checking the manifest, every shape and dtype."
-    f = Path(path) / WEIGHTS_FILE
     if Path(path).is_dir():
-        trusted_manifest(path, trust)
-    if not f.is_file():
-        raise FileNotFoundError(f"no {WEIGHTS_FILE} in {path}: expected a checkpoint folder written by save_model")
-    return _load_checked(model, f)
+        check_manifest(path, required=not trust)
+    return _load_checked(model, _weights_file(path))
 
 def _load_checked(model: nn.Module, f: Path) -> nn.Module:
     "Load the weights file `f` into `model` after checking its dtypes and shapes."
@@ -514,32 +454,10 @@ def load_model(path: str | Path,  # checkpoint folder
                trust: bool = False,  # accept a folder without manifest.json (its files are then not checked)
                ) -> EncoderDecoder:
     "Rebuild a model from `config.json` and load its weights (in eval mode); everything is checked before building."
-    trusted_manifest(path, trust)
+    check_manifest(path, required=not trust)
     cfg = model_config(path)
     check_stored_weights(cfg, path)
-    model = _load_checked(build_model(cfg), Path(path) / WEIGHTS_FILE)
-    return model.to(device).eval()
-
-# %% ../nbs/13_checkpoint.ipynb #8d959804
-def _optimizer_to_files(optimizer) -> tuple[dict, dict]:
-    "Split an optimizer state_dict into tensors (for safetensors) and plain data (for JSON)."
-    sd = optimizer.state_dict()
-    tensors = {f"optimizer.state.{pid}.{key}": value.detach().cpu().contiguous()
-               for pid, st in sd["state"].items() for key, value in st.items() if torch.is_tensor(value)}
-    plain = {str(pid): {k: v for k, v in st.items() if not torch.is_tensor(v)} for pid, st in sd["state"].items()}
-    return tensors, {"param_groups": sd["param_groups"], "plain_state": plain}
-
-def _optimizer_from_files(tensors: dict, data: dict) -> dict:
-    "Rebuild an optimizer state_dict from its two parts."
-    state = {}
-    for name, value in tensors.items():
-        if name.startswith("optimizer.state."):
-            pid, key = name.removeprefix("optimizer.state.").split(".", 1)
-            state.setdefault(int(pid), {})[key] = value
-    for pid, st in data["plain_state"].items():
-        state.setdefault(int(pid), {}).update(st)
-    groups = [{k: tuple(v) if k == "betas" else v for k, v in g.items()} for g in data["param_groups"]]
-    return {"state": state, "param_groups": groups}
+    return _load_checked(build_model(cfg), Path(path) / WEIGHTS_FILE).to(device).eval()
 
 # %% ../nbs/13_checkpoint.ipynb #de505d17
 def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced as a whole)
@@ -552,18 +470,16 @@ def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced
                     files: dict[str, str] | None = None,  # more text files to include, e.g. vocabularies
                     ) -> Path:
     "Save weights and config, plus (if an optimizer is given) everything needed to resume exactly: one sealed folder."
-    path, state = check_path(path, "a checkpoint folder"), train_state or TrainState()
+    path = check_path(path, "a checkpoint folder")
     tensors = savable_weights(model, path)
-    opt_tensors, opt_data = _optimizer_to_files(optimizer) if optimizer is not None else ({}, {})
-    check_finite(opt_tensors, f"{path}: not saved ({TRAINER_TENSORS_FILE})")  # Adam's moments resume the run
-    with writing_folder(path, state.step) as tmp:
+    trainer = trainer_state(optimizer, scheduler, train_state, extra) if optimizer is not None else None
+    if trainer is not None:
+        check_finite(trainer[0], f"{path}: not saved ({TRAINER_TENSORS_FILE})")  # Adam's moments resume the run
+    with writing_folder(path, (train_state or TrainState()).step) as tmp:
         _write_model_files(tmp, tensors, model, extra_config, files)
-        if optimizer is not None:
-            rng_tensors, rng_data = rng_state()
-            save_file({**opt_tensors, **rng_tensors}, str(tmp / TRAINER_TENSORS_FILE))
-            _write_json(tmp / TRAINER_JSON_FILE, {
-                "optimizer": opt_data, "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "train_state": state.to_dict(), "python_rng": rng_data, "extra": extra or {}})
+        if trainer is not None:
+            save_file(trainer[0], str(tmp / TRAINER_TENSORS_FILE))
+            _write_json(tmp / TRAINER_JSON_FILE, trainer[1])
     return path
 
 def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_checkpoint`
@@ -580,16 +496,9 @@ def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_chec
     if not (path / TRAINER_JSON_FILE).is_file() or not (path / TRAINER_TENSORS_FILE).is_file():
         raise FileNotFoundError(f"{path} holds weights only (no {TRAINER_JSON_FILE}/{TRAINER_TENSORS_FILE}); "
                                 "it was not saved with an optimizer and cannot be resumed")
-    data = read_json(path / TRAINER_JSON_FILE)
     tensors = load_file(str(path / TRAINER_TENSORS_FILE))
     check_finite(tensors, str(path / TRAINER_TENSORS_FILE))
-    if optimizer is not None:
-        optimizer.load_state_dict(_optimizer_from_files(tensors, data["optimizer"]))
-    if scheduler is not None and data["scheduler"] is not None:
-        scheduler.load_state_dict(data["scheduler"])
-    if restore_rng:
-        set_rng_state(tensors, data["python_rng"])
-    return TrainState(**data["train_state"]), data["extra"]
+    return restore_trainer(tensors, read_json(path / TRAINER_JSON_FILE), optimizer, scheduler, restore_rng)
 
 # %% ../nbs/13_checkpoint.ipynb #0acaad45
 class RunLockedError(RuntimeError):

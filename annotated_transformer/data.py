@@ -20,7 +20,6 @@ import math
 import os
 import random
 import re
-import tempfile
 import urllib.request
 from collections import Counter
 from importlib.resources import files
@@ -31,7 +30,7 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 from .batches import Batch
-from .checkpoint import read_json, sha256_of
+from .checkpoint import atomic_write, read_json, sha256_of
 
 # %% ../nbs/20_data.ipynb #c643310b
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
@@ -85,29 +84,21 @@ def download(name: str,  # file name, e.g. 'train.de.gz'
              folder: Path,  # cache folder
              progress: bool = True,  # show a progress bar
              ) -> Path:
-    "Download one Multi30k file into `folder` through a temporary file, verifying its checksum."
-    folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / name
-    fd, tmp_name = tempfile.mkstemp(prefix=name + ".", suffix=".part", dir=folder)
-    tmp = Path(tmp_name)
+    "Download one Multi30k file into `folder` through a temporary file, verifying its checksum before it is renamed."
+    url, off = MULTI30K_URL.format(name=name), {} if progress else {"disable": True}  # TQDM_DISABLE=1 still can
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(MULTI30K_URL.format(name=name), timeout=60) as resp:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            off = {} if progress else {"disable": True}  # passed only to turn the bar off: TQDM_DISABLE=1 still can
-            with tqdm(total=total, unit="B", unit_scale=True, desc=name, leave=False, **off) as bar:
-                for block in iter(lambda: resp.read(1 << 16), b""):
-                    out.write(block)
-                    bar.update(len(block))
+        with atomic_write(folder / name) as tmp:  # a failed download leaves nothing behind
+            with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+                total = int(resp.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc=name, leave=False, **off) as bar:
+                    for block in iter(lambda: resp.read(1 << 16), b""):
+                        bar.update(out.write(block))
+            if sha256_of(tmp) != _published_sha256(name):
+                raise DataError(f"downloaded {name} has SHA-256 {sha256_of(tmp)}, expected {_published_sha256(name)}; "
+                                "the bad file was removed. " + _manual_instructions(name, folder))
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise DataError(f"could not download {name} ({e}). " + _manual_instructions(name, folder)) from None
-    digest = sha256_of(tmp)
-    if digest != _published_sha256(name):
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"downloaded {name} has SHA-256 {digest}, expected {_published_sha256(name)}; "
-                        "the bad file was removed. " + _manual_instructions(name, folder))
-    os.replace(tmp, dest)
-    return dest
+    return folder / name
 
 # %% ../nbs/20_data.ipynb #d6ba7134
 def bundled_dir() -> Path:
@@ -334,9 +325,9 @@ class Vocab:
     def to_json(self) -> str: return json.dumps(self.itos, ensure_ascii=False)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(self.to_json())
-        return path
+        with atomic_write(path) as tmp:
+            tmp.write_text(self.to_json(), encoding="utf-8")
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":

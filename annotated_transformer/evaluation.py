@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, check_destination, check_path, check_stored_weights,
-                                             load_weights, model_config, read_config, resolved, save_model, trusted_manifest,
+from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, check_destination, check_manifest, check_path,
+                                             check_stored_weights, load_weights, model_config, read_config, resolved, save_model,
                                              vocabulary_fingerprint, weights_to_save)
 from .data import CorpusError, Tokenizer, _aligned, check_language, load_multi30k, load_parallel, read_lines
 from .decoding import Translator
@@ -212,7 +212,7 @@ def _check_average_out(paths: list[Path], out: Path) -> None:
 def _check_inputs(paths: list[Path], trust: bool) -> ModelConfig:
     "The one configuration of checkpoints that can be averaged: same settings, same vocabularies, checked files."
     for p in paths:
-        trusted_manifest(p, trust)
+        check_manifest(p, required=not trust)
     configs = [model_config(p) for p in paths]
     if any(c != configs[0] for c in configs):
         raise ValueError("checkpoints to average must share one model configuration")

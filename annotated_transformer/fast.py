@@ -137,7 +137,6 @@ class _ReluDropout(torch.autograd.Function):
         grad = grad_out * ctx.scale if ctx.scale != 1.0 else grad_out
         return torch.ops.aten.threshold_backward(grad, out, 0), None  # grad where out > 0, else 0: one pass
 
-# %% ../nbs/10_fast.ipynb #52deec9f
 class FastFeedForward(PositionwiseFeedForward):
     "`PositionwiseFeedForward` whose training pass runs dropout(relu(.)) as `_ReluDropout` (keeps one tensor, not three)."
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, d_model) -> same
@@ -170,7 +169,6 @@ class _LayerNormFunction(torch.autograd.Function):
         grad_x = torch.addcmul(-g_mean, grad_out, a).addcmul_(x_hat, -k).mul_(inv)  # (g - mean g - k x_hat) / D
         return grad_x, grad_a, grad_b, None
 
-# %% ../nbs/10_fast.ipynb #d2920ceb
 class FastLayerNorm(LayerNorm):
     "`LayerNorm` computed by `_LayerNormFunction`: the same function, a backward pass that keeps less."
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., features) -> same
@@ -273,13 +271,7 @@ def fused_label_smoothing_loss(
                                                 criterion.padding_idx, chunk_size)
 
 class FusedGenerator(Generator):
-    "A `Generator` that can also compute the label-smoothed loss fused with its projection."
-    def loss(self,
-             x: torch.Tensor,  # (tokens, d_model) decoder states
-             target: torch.Tensor,  # (tokens,) gold ids
-             criterion: LabelSmoothing,  # supplies V, padding id and smoothing
-             ) -> torch.Tensor:  # scalar: criterion(self(x), target)
-        return fused_label_smoothing_loss(x, self, target, criterion)
+    "A `Generator` whose label-smoothed loss `FastLossCompute` computes fused with its projection."
 
 # %% ../nbs/10_fast.ipynb #a2a3f127
 class FastLossCompute(SimpleLossCompute):
@@ -290,7 +282,7 @@ class FastLossCompute(SimpleLossCompute):
                  norm: float):  # normaliser, usually the number of non-pad target tokens
         x, y = x.reshape(-1, x.size(-1)), y.reshape(-1)  # (positions, d_model), (positions,)
         if isinstance(self.generator, FusedGenerator) and isinstance(self.criterion, LabelSmoothing):
-            sloss = self.generator.loss(x, y, self.criterion) / norm
+            sloss = fused_label_smoothing_loss(x, self.generator, y, self.criterion) / norm
         else:
             sloss = self.criterion(self.generator(x).float(), y) / norm
         return sloss.detach() * norm, sloss

@@ -11,6 +11,7 @@ __all__ = ['PRESETS', 'LIMITS', 'EncoderDecoder', 'Generator', 'EncoderLayer', '
 # %% ../nbs/03_model.ipynb #19f1471e
 import copy
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
@@ -168,6 +169,15 @@ LIMITS = {
 }
 
 # %% ../nbs/03_model.ipynb #7d3f9a51
+def _json_fits(value, annotation) -> bool:
+    "Does a value read from JSON have the field's type (int, float, bool, or bool | None)? `true` is no number here."
+    kinds = str(annotation)
+    if value is None or "bool" in kinds:
+        return "None" in kinds if value is None else isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if "float" in kinds else isinstance(value, int)  # json reads NaN and Infinity too
+
 @dataclass
 class ModelConfig:
     "Every hyperparameter of a Transformer built by `make_model`; JSON-serialisable."
@@ -215,12 +225,21 @@ class ModelConfig:
     def to_dict(self) -> dict: return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown model configuration keys {sorted(unknown)}; expected a subset of {sorted(known)}")
-        return cls(**d)
+    def from_dict(cls, d: dict,
+                  source: str = "model",  # what an error calls these settings, e.g. "FILE: model"
+                  ) -> "ModelConfig":
+        "Settings read back from JSON, refused with the setting's name: an unknown key, a value of another type."
+        types = {f.name: f.type for f in fields(cls)}
+        if set(d) - set(types):
+            raise ValueError(f"unknown model configuration keys {sorted(set(d) - set(types))}; "
+                             f"expected a subset of {sorted(types)}")
+        for name, value in d.items():
+            if not _json_fits(value, types[name]):
+                raise ValueError(f"{source}.{name} is {value!r}, expected {types[name]}")
+        try:
+            return cls(**d)
+        except ValueError as e:  # out of its range
+            raise ValueError(f"{source}: {e}") from None
 
     def to_json(self) -> str: return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 

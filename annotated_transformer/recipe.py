@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import load_model, read_config, save_model, sha256_of
+from .checkpoint import atomic_write, load_model, read_config, save_model, sha256_of
 from .data import load_multi30k
 from .decoding import Translator, load_ensemble, shipped_model_dir
 from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints, vocabulary_files
@@ -164,9 +164,8 @@ STUDENT = replace(RECIPE, precision="bf16", out_dir="runs/multi30k-student", cor
 
 def write_lines(path: Path, lines: list[str]) -> None:
     "Write a file of one sentence a line, atomically."
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_write(path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint folders (one vocabulary)
                    out: str | Path,  # the corpus folder: {train,val,test}.{de,en} and teachers.json

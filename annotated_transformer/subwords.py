@@ -11,6 +11,7 @@ __all__ = ['TOKENIZER_FILE', 'WORD_VOCAB_FILES', 'SubwordVocab', 'readable_piece
 # %% ../nbs/21_subwords.ipynb #0f36b951
 from pathlib import Path
 
+from .checkpoint import atomic_write
 from .data import (BOS, EOS, SPECIALS, UNK, Tokenizer, Vocab, check_language, detokenize,
                                         kept_ids, load_multi30k, load_parallel)
 
@@ -59,9 +60,9 @@ class SubwordVocab:
     def to_json(self) -> str: return self.tokenizer.to_str()
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(self.to_json())
-        return path
+        with atomic_write(path) as tmp:
+            tmp.write_text(self.to_json(), encoding="utf-8")
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "SubwordVocab":

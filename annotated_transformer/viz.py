@@ -7,7 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/viz.html.md"
 # %% auto #0
 __all__ = ['RENDERER', 'KINDS', 'enable_renderer', 'save_static', 'matrix_frame', 'heatmap', 'mask_chart',
            'positional_encoding_chart', 'positional_encoding_heatmap', 'lr_schedule_chart', 'label_smoothing_chart',
-           'label_smoothing_loss_chart', 'attention_weights', 'attention_heatmap', 'attention_map', 'layer_view']
+           'label_smoothing_loss_chart', 'attention_weights', 'attention_map', 'layer_view']
 
 # %% ../nbs/06_viz.ipynb #4a5f0e96
 import hashlib
@@ -202,6 +202,7 @@ def label_smoothing_loss_chart(vocab: int = 5,  # vocabulary size
 
 # %% ../nbs/06_viz.ipynb #ab6573d9
 KINDS = ("encoder", "decoder_self", "decoder_src")
+_SIDES = dict(zip(KINDS, [("source", "source"), ("target", "target"), ("target", "source")]))  # (queries, keys)
 
 @torch.no_grad()
 def attention_weights(model: nn.Module,  # an `EncoderDecoder`
@@ -230,24 +231,17 @@ def attention_weights(model: nn.Module,  # an `EncoderDecoder`
                          "fast layers keeps them only inside `fast.capture_attention(model)`")
     return {kind: [attn.attn[0].cpu() for attn in mods] for kind, mods in layers.items()}
 
-def _axes(kind: str, src_tokens: list[str], tgt_tokens: list[str]):
-    "(row tokens, column tokens, row title, column title) of an attention kind."
+def _layers(weights: dict | None, model: nn.Module, src, tgt, kind: str) -> list[torch.Tensor]:
+    "The weights of attention `kind`, one (heads, queries, keys) tensor a layer; computed unless given."
     if kind not in KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; choose one of {KINDS}")
-    if kind == "encoder":
-        return src_tokens, src_tokens, "query (source)", "key (source)"
-    if kind == "decoder_self":
-        return tgt_tokens, tgt_tokens, "query (target)", "key (target)"
-    return tgt_tokens, src_tokens, "query (target)", "key (source)"
+    return (weights or attention_weights(model, src, tgt))[kind]
 
-def attention_heatmap(weights: torch.Tensor,  # (queries, keys) weights of one head
-                      query_tokens: list[str],  # row labels
-                      key_tokens: list[str],  # column labels
-                      title: str = "",  # chart title
-                      row_title: str = "query", col_title: str = "key",
-                      cell: int = 18) -> alt.Chart:
+def _head_chart(weights: torch.Tensor,  # (queries, keys) weights of one head
+                kind: str, src_tokens: list[str], tgt_tokens: list[str], title: str, cell: int) -> alt.Chart:
     "One head's attention: rows = queries, columns = keys, tooltip = token pair and weight."
-    return heatmap(weights, query_tokens, key_tokens, title=title, row_title=row_title, col_title=col_title,
+    (q, k), tokens = _SIDES[kind], {"source": src_tokens, "target": tgt_tokens}
+    return heatmap(weights, tokens[q], tokens[k], title=title, row_title=f"query ({q})", col_title=f"key ({k})",
                    value_title="weight", cell=cell, scheme="oranges")
 
 def attention_map(model: nn.Module,  # an `EncoderDecoder`
@@ -258,14 +252,12 @@ def attention_map(model: nn.Module,  # an `EncoderDecoder`
                   weights: dict | None = None,  # output of `attention_weights`, to avoid recomputing
                   ) -> alt.Chart:
     "Attention map of one layer and head of a model on one sentence pair."
-    weights = weights or attention_weights(model, src, tgt)
-    rows, cols, rt, ct = _axes(kind, src_tokens, tgt_tokens)
-    per_layer = weights[kind]
+    per_layer = _layers(weights, model, src, tgt, kind)
     if not 0 <= layer < len(per_layer):
         raise ValueError(f"layer {layer} does not exist; the model has {len(per_layer)} layers")
     if not 0 <= head < per_layer[layer].size(0):
         raise ValueError(f"head {head} does not exist; the model has {per_layer[layer].size(0)} heads")
-    return attention_heatmap(per_layer[layer][head], rows, cols, f"{kind} layer {layer} head {head}", rt, ct)
+    return _head_chart(per_layer[layer][head], kind, src_tokens, tgt_tokens, f"{kind} layer {layer} head {head}", 18)
 
 def layer_view(model: nn.Module,  # an `EncoderDecoder`
                src: torch.Tensor, tgt: torch.Tensor,  # ids of one sentence pair
@@ -275,8 +267,6 @@ def layer_view(model: nn.Module,  # an `EncoderDecoder`
                weights: dict | None = None,  # output of `attention_weights`
                cell: int = 14) -> alt.HConcatChart:
     "All heads of one layer side by side."
-    weights = weights or attention_weights(model, src, tgt)
-    rows, cols, rt, ct = _axes(kind, src_tokens, tgt_tokens)
-    heads = weights[kind][layer]
-    return alt.hconcat(*[attention_heatmap(heads[h], rows, cols, f"head {h}", rt, ct, cell=cell)
+    heads = _layers(weights, model, src, tgt, kind)[layer]
+    return alt.hconcat(*[_head_chart(heads[h], kind, src_tokens, tgt_tokens, f"head {h}", cell)
                          for h in range(heads.size(0))], title=f"{kind}, layer {layer}: all heads")
