@@ -561,6 +561,7 @@ test_close(post(x, double), post.norm(3 * x))
 # %%
 import copy
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
@@ -880,8 +881,18 @@ test_eq((str(LIMITS["N"]), str(LIMITS["dropout"])), ("1..1000", "in [0, 1)"))
 # `ModelConfig` holds the settings of one model.
 # It checks them against `LIMITS` as soon as it is made, so a wrong value never reaches `make_model`.
 # It reads and writes them as a dictionary or as JSON, the form a checkpoint keeps them in.
+# Read back (`from_dict`), a value of another type is refused with its name: in JSON, `true` is no number.
 
 # %%
+def _json_fits(value, annotation) -> bool:
+    "Does a value read from JSON have the field's type (int, float, bool, or bool | None)? `true` is no number here."
+    kinds = str(annotation)
+    if value is None or "bool" in kinds:
+        return "None" in kinds if value is None else isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if "float" in kinds else isinstance(value, int)  # json reads NaN and Infinity too
+
 @dataclass
 class ModelConfig:
     "Every hyperparameter of a Transformer built by `make_model`; JSON-serialisable."
@@ -929,12 +940,21 @@ class ModelConfig:
     def to_dict(self) -> dict: return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown model configuration keys {sorted(unknown)}; expected a subset of {sorted(known)}")
-        return cls(**d)
+    def from_dict(cls, d: dict,
+                  source: str = "model",  # what an error calls these settings, e.g. "FILE: model"
+                  ) -> "ModelConfig":
+        "Settings read back from JSON, refused with the setting's name: an unknown key, a value of another type."
+        types = {f.name: f.type for f in fields(cls)}
+        if set(d) - set(types):
+            raise ValueError(f"unknown model configuration keys {sorted(set(d) - set(types))}; "
+                             f"expected a subset of {sorted(types)}")
+        for name, value in d.items():
+            if not _json_fits(value, types[name]):
+                raise ValueError(f"{source}.{name} is {value!r}, expected {types[name]}")
+        try:
+            return cls(**d)
+        except ValueError as e:  # out of its range
+            raise ValueError(f"{source}: {e}") from None
 
     def to_json(self) -> str: return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
@@ -1054,6 +1074,7 @@ test_fail(lambda: make_model(10, 10, d_model=30, h=8), contains="multiple of the
 test_fail(lambda: make_model(10, 10, dropout=1.0), contains="dropout=1.0 must be in [0, 1)")
 test_fail(lambda: make_model(10, 10, max_len=10**6), contains="max_len=1000000 must be 1..65536")
 test_fail(lambda: ModelConfig(src_vocab=-1), contains="src_vocab=-1 must be 0..4194304")
+test_fail(lambda: ModelConfig.from_dict({"N": True}), contains="model.N is True")  # JSON's true is no number
 # every range is one entry of LIMITS, both ends included (the rate's upper end excluded)
 test_eq([(v in LIMITS["N"]) for v in (0, 1, 1000, 1001)], [False, True, True, False])
 test_eq([(v in LIMITS["dropout"]) for v in (-0.1, 0, 0.999, 1)], [False, True, True, False])
