@@ -597,8 +597,8 @@ class RunLockedError(RuntimeError):
 
 def _holder(out: Path) -> str:
     "Who holds the lock of run folder `out`, as it wrote beside the lock ('' if nobody wrote it)."
-    try:
-        return (out / RUN_HOLDER).read_text().strip()
+    try:  # escape codes and control characters shown as such: the file is anyone's to write
+        return repr((out / RUN_HOLDER).read_text().strip())[1:-1]
     except FileNotFoundError:
         return ""
 
@@ -612,6 +612,12 @@ def run_lock(out: Path,  # the run folder
         yield
         return
     out, created = resolved(out), not Path(out).exists()  # a run refused in a folder it made takes the folder away
+    inside = _checkpoint_around(out / RUN_LOCK)  # the folder itself, or one above it: checked before anything is made
+    if inside is not None:
+        raise ValueError(f"{out} lies in the checkpoint {inside}, whose files belong together: choose another --out-dir")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):  # else the lock could not be made: found now, with its reason
+        raise PermissionError(errno.EACCES, "cannot write there", str(existing))
     make_folder(out)
     lock = FileLock(out / RUN_LOCK, timeout=0)
     try:
