@@ -614,9 +614,10 @@ def run_lock(out: Path,  # the run folder
     out, created = resolved(out), not Path(out).exists()  # a run refused in a folder it made takes the folder away
     inside = _checkpoint_around(out / RUN_LOCK)  # the folder itself, or one above it: checked before anything is made
     if inside is not None:
-        raise ValueError(f"{out} lies in the checkpoint {inside}, whose files belong together: choose another --out-dir")
+        raise ValueError(f"{out} lies in the checkpoint {inside}, whose files belong together: choose another "
+                         "--out-dir")
     existing = next(p for p in (out, *out.parents) if p.exists())
-    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):  # else the lock could not be made: found now, with its reason
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):  # found now, not as a lock that fails
         raise PermissionError(errno.EACCES, "cannot write there", str(existing))
     make_folder(out)
     lock = FileLock(out / RUN_LOCK, timeout=0)

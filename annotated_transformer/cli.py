@@ -136,7 +136,7 @@ _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "
 boolean = checked(lambda text: _BOOLEANS[text.lower()], "true or false")
 _KIND = {f.name: f.type for f in fields(ModelConfig)}  # int or float
 
-MAX_EPOCHS = 1000  # the schedule counts the batches of every epoch before the first step: a tenth of a second each on Multi30k
+MAX_EPOCHS = 1000  # the schedule counts every epoch's batches before the first step: 0.1 s an epoch on Multi30k
 CHECKS = {**{name: in_range(1) for name in ("warmup", "max_tokens", "accum_iter",
                                             "max_steps", "min_freq", "batches_per_epoch", "batch_size")},
           **{name: in_range(limit.low, limit.high, _KIND[name], limit.high_excluded) for name, limit in LIMITS.items()},
@@ -239,7 +239,8 @@ def check_settings(cfg: TrainConfig) -> TrainConfig:
 def train_main(args: argparse.Namespace) -> int:
     "Train a translation model with the settings the options describe; say where its checkpoints are."
     cfg = check_settings(config_from_args(TrainConfig, args))
-    ignored = [f"--{n.replace('_', '-')}" for n in ("subwords", "min_freq") if getattr(cfg, n) != getattr(TrainConfig, n)]
+    ignored = [f"--{n.replace('_', '-')}" for n in ("subwords", "min_freq")
+               if getattr(cfg, n) != getattr(TrainConfig, n)]
     if cfg.init_from is not None and ignored:  # (a value the same as the default cannot be told from none)
         raise InputError(f"{' and '.join(ignored)} cannot apply with --init-from: the vocabularies are the start's")
     history = train(cfg, device=args.device, allow_changed_data=args.allow_changed_data)

@@ -414,10 +414,10 @@ def _build(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: Transl
     val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in val_pairs], cfg.max_tokens, shuffle=False)
     model, optimizer, scheduler = _model(cfg, model_config, init_config, info.device)
     precision = resolve_precision(info.device, cfg.precision)
-    if talk:
+    if talk:  # before `_schedule` counts every epoch's batches
         print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
               f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
-              f"{info.world_size} process(es) on {info.device}, precision {precision}")  # before the schedule counts the batches of every epoch
+              f"{info.world_size} process(es) on {info.device}, precision {precision}")
     scheduler, limit = _schedule(cfg, resumed, sampler, optimizer, scheduler, model.config.d_model)
     loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)))
     step_loss = RDropLoss(model.generator, loss_compute.criterion, cfg.rdrop) if cfg.rdrop else loss_compute
