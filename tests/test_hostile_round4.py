@@ -153,3 +153,13 @@ def test_ctrl_c_and_a_second_runner_are_one_line(tmp_path, capsys, monkeypatch, 
     monkeypatch.setattr(experiment, "train_runs", stopped)
     assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "r.json")]) == status
     one_line((status, "", capsys.readouterr().err), status)
+
+
+def test_a_closed_stdin_is_one_line(tmp_path, stand_in):
+    "(It already was: kept here so that it stays one line.)"
+    import os
+    for extra in ([], ["--input", "-"], ["--output", str(tmp_path / "out.txt")]):
+        res = subprocess.run([*stand_in, "translate", *extra], capture_output=True, text=True,
+                             preexec_fn=lambda: os.close(0))
+        one_line(res, 2, "input")
+        assert not (tmp_path / "out.txt").exists()
