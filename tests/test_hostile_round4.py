@@ -110,13 +110,15 @@ BAD = [({"runs": {"a": {}}, "measure": {"limit": -1}}, "limit"),
        ({"runs": {"a": {"keep_epochs": "no"}}}, "keep_epochs"),
        ({"recipe": {"smoothing": 1.5}, "runs": {"a": {}}}, "smoothing"),
        ({"runs": {"a": {"corpus_dir": "/no/such/corpus"}}}, "corpus_dir"),
+       ({"runs": {"a": {"corpus_dir": "EMPTY"}}}, "train.de"),
        ({"runs": {"a": {"rdrop": 1.0, "model": {"dropout": 0.0}}}}, "rdrop")]
 
 
 @pytest.mark.parametrize("spec, says", BAD, ids=[f"{s}-{i}" for i, (_, s) in enumerate(BAD)])
 def test_a_run_the_command_would_refuse_is_refused_before_anything(tmp_path, capsys, spec, says):
+    (tmp_path / "empty").mkdir()
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps(spec))
+    path.write_text(json.dumps(spec).replace("EMPTY", str(tmp_path / "empty")))
     assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--dry-run"]) == 2
     one_line((2, "", capsys.readouterr().err), 2, says)
     assert not (tmp_path / "runs").exists()

@@ -199,6 +199,11 @@ def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
                 check_settings(cfg)
             except ValueError as e:
                 raise ExperimentError(f"{path}: run {name!r}: {e}") from None
+            missing = [f"{split}.{lang}" for split in ("train", "val", "test") for lang in (cfg.src_lang, cfg.tgt_lang)
+                       if cfg.corpus_dir and not any(Path(cfg.corpus_dir, f"{split}.{lang}{gz}").is_file()
+                                                     for gz in ("", ".gz"))]  # as `load_parallel` looks for them
+            if missing:
+                raise ExperimentError(f"{path}: run {name!r}: corpus_dir {cfg.corpus_dir} has no {', '.join(missing)}")
             teachers = [runs_dir / folder_name(configs[t]) for t in run.get("distilled_from", [])]
             if teachers:  # the teachers' translations are the corpus: a folder named by the teachers and their beam
                 corpus = "corpus-" + hashlib.sha256(json.dumps([[t.name for t in teachers], run.get("teacher_beam", 1)]
