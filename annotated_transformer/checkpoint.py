@@ -200,6 +200,10 @@ def _refuse_other_kind(path: Path, vocabularies: bool) -> None:
         raise ValueError(f"{path} holds {_KINDS[not vocabularies]}; this save is {_KINDS[vocabularies]} and would "
                          "replace it: choose another folder")
 
+def _checkpoint_around(path: Path) -> Path | None:
+    "The checkpoint folder that `path` lies inside (a folder above it with a manifest or a config.json), else None."
+    return next((p for p in path.parents if (p / MANIFEST_FILE).is_file() or (p / CONFIG_FILE).is_file()), None)
+
 def check_destination(path: str | Path,
                       vocabularies: bool | None = None,  # will the save hold vocabularies? (None: not known yet)
                       ) -> Path:
@@ -209,7 +213,7 @@ def check_destination(path: str | Path,
     if run is not None and not (run != path and run in _RUNS_HERE):
         raise ValueError(f"{path} belongs to the training run in {run}, which alone writes it: choose a folder "
                          "outside it")
-    inside = next((p for p in path.parents if (p / MANIFEST_FILE).is_file() or (p / CONFIG_FILE).is_file()), None)
+    inside = _checkpoint_around(path)
     if inside is not None:
         raise ValueError(f"{path} is inside the checkpoint {inside}, whose files belong together: choose a folder "
                          "outside it")
@@ -506,8 +510,8 @@ class RunLockedError(RuntimeError):
 
 def _holder(out: Path) -> str:
     "Who holds the lock of run folder `out`, as it wrote beside the lock ('' if nobody wrote it)."
-    try:
-        return (out / RUN_HOLDER).read_text().strip()
+    try:  # escape codes and control characters shown as such: the file is anyone's to write
+        return repr((out / RUN_HOLDER).read_text().strip())[1:-1]
     except FileNotFoundError:
         return ""
 
@@ -521,6 +525,13 @@ def run_lock(out: Path,  # the run folder
         yield
         return
     out, created = resolved(out), not Path(out).exists()  # a run refused in a folder it made takes the folder away
+    inside = _checkpoint_around(out / RUN_LOCK)  # the folder itself, or one above it: checked before anything is made
+    if inside is not None:
+        raise ValueError(f"{out} lies in the checkpoint {inside}, whose files belong together: choose another "
+                         "--out-dir")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):  # found now, not as a lock that fails
+        raise PermissionError(errno.EACCES, "cannot write there", str(existing))
     make_folder(out)
     lock = FileLock(out / RUN_LOCK, timeout=0)
     try:

@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -25,8 +26,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, VOCABULARY_FILES, atomic_write, check_path,
-                                             load_checkpoint,
+from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, RUN_CHECKPOINTS, VOCABULARY_FILES, atomic_write,
+                                             check_path, load_checkpoint,
                                              load_weights, make_folder, read_config, read_json, recover_folders,
                                              resolved, run_lock, save_checkpoint, save_model)
 from .checkpoint import model_config as saved_model_config  # (train's `model_config` is the run's)
@@ -215,7 +216,7 @@ SETTINGS_FILE = "train_config.json"  # in a run's folder: its settings
 
 def _comparable(settings: dict) -> dict:
     "Settings as compared for resuming: folders resolved (relative, absolute, trailing slash, symlink are all one)."
-    folders = ("out_dir", "data_dir", "corpus_dir")
+    folders = ("out_dir", "data_dir", "corpus_dir", "init_from")
     return {k: str(resolved(v)) if k in folders and v else v for k, v in settings.items()}
 
 def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the settings of the run to resume, if any
@@ -223,6 +224,10 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the setting
     make_folder(out)
     for message in recover_folders(out):  # a crash in the middle of saving a checkpoint
         print(message)
+    kept = [n for n in sorted(os.listdir(out)) if n == "history.jsonl" or RUN_CHECKPOINTS.fullmatch(n)]
+    if kept and not (out / "last").exists():  # a new run would add its epochs to another's history and best/
+        raise ValueError(f"{out} holds a run ({', '.join(kept)}) without the last/ a resume starts from: choose a new "
+                         "--out-dir, or move the old run away to start over")
     if not ((out / "last").exists() and (out / SETTINGS_FILE).exists()):
         return None
     settings = read_json(out / SETTINGS_FILE)
@@ -231,8 +236,8 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the setting
     # a field added after the run was saved (rdrop, say) trained with its default: compare that, not nothing
     before, now = _comparable({**asdict(TrainConfig()), **settings}), _comparable(asdict(cfg))
     # where the run lives is no setting (a copied or moved folder resumes); where its data lives neither, once the
-    # data itself is compared (`_check_data`); nor where a fine-tuning started, once its weights are in last/
-    places = ("out_dir", "init_from", *(("data_dir", "corpus_dir") if (out / DATA_FILE).is_file() else ()))
+    # data itself is compared (`_check_data`); where a fine-tuning started is: it is part of what the run is
+    places = ("out_dir", *(("data_dir", "corpus_dir") if (out / DATA_FILE).is_file() else ()))
     changed = {k for k in before if k not in ("epochs", "cooldown", "max_steps", *places) and before[k] != now.get(k)}
     if changed:
         raise ValueError(f"{out} holds a run with a different configuration ({sorted(changed)}); "
@@ -408,16 +413,16 @@ def _build(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: Transl
                                  num_replicas=info.world_size, rank=info.rank)
     val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in val_pairs], cfg.max_tokens, shuffle=False)
     model, optimizer, scheduler = _model(cfg, model_config, init_config, info.device)
+    precision = resolve_precision(info.device, cfg.precision)
+    if talk:  # before `_schedule` counts every epoch's batches
+        print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
+              f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
+              f"{info.world_size} process(es) on {info.device}, precision {precision}")
     scheduler, limit = _schedule(cfg, resumed, sampler, optimizer, scheduler, model.config.d_model)
     loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)))
     step_loss = RDropLoss(model.generator, loss_compute.criterion, cfg.rdrop) if cfg.rdrop else loss_compute
     step_model = model if info.world_size == 1 else \
         DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
-    precision = resolve_precision(info.device, cfg.precision)
-    if talk:
-        print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
-              f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
-              f"{info.world_size} process(es) on {info.device}, precision {precision}")
     vocab_files = vocabulary_texts(data.src_vocab, data.tgt_vocab)  # every checkpoint carries the vocabularies
     return _Run(cfg, info, out, talk, data, train_pairs, val_pairs, sampler, val_sampler, model, step_model, optimizer,
                 scheduler, loss_compute, step_loss, vocab_files, precision), limit

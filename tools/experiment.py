@@ -92,21 +92,60 @@ def averages(average_last: int | list[int]) -> list[int]:
     return [n for n in ([average_last] if isinstance(average_last, int) else average_last) if n > 1]
 
 
+def whole(n, low: int = 0) -> bool:
+    "Is `n` a whole number >= low (JSON's true and false are not)?"
+    return isinstance(n, int) and not isinstance(n, bool) and n >= low
+
+
 def good_average_last(value) -> bool:
-    whole = lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 0
     return whole(value) or (isinstance(value, list) and bool(value) and all(whole(n) for n in value))
+
+
+def unique_keys(path: Path):
+    "JSON's objects, with a key written twice refused: the second would silently replace the first (a run dropped)."
+    def hook(pairs):
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise ExperimentError(f"{path}: {twice!r} is written twice in one object: give each run its own name")
+        return dict(pairs)
+    return hook
+
+
+def check_measure(measure, path: Path) -> None:
+    "Refuse what `measure` cannot mean: a limit below 1, a curve that is not true or false, beams that are not beams."
+    from annotated_transformer.decoding import MAX_BEAM
+    if not isinstance(measure, dict):
+        raise ExperimentError(f"{path}: measure must be an object, got {measure!r}")
+    if measure.get("limit") is not None and not whole(measure["limit"], 1):
+        raise ExperimentError(f"{path}: measure.limit must be a whole number >= 1 or null, got {measure['limit']!r}")
+    if not isinstance(measure.get("curve", False), bool):
+        raise ExperimentError(f"{path}: measure.curve must be true or false, got {measure['curve']!r}")
+    beams = measure.get("beams", [1])
+    if not (isinstance(beams, list) and beams and all(whole(b, 1) and b <= MAX_BEAM for b in beams)):
+        raise ExperimentError(f"{path}: measure.beams must be a list of beam sizes 1..{MAX_BEAM}, got {beams!r}")
+
+
+def check_run(name: str, run: dict, path: Path) -> None:
+    "Refuse a distillation's settings that are not what they say: a teacher beam below 1, a with_references not a boolean."
+    if not whole(run.get("teacher_beam", 1), 1):
+        raise ExperimentError(f"{path}: run {name!r}: teacher_beam must be a whole number >= 1, got {run['teacher_beam']!r}")
+    if not isinstance(run.get("with_references", False), bool):
+        raise ExperimentError(f"{path}: run {name!r}: with_references must be true or false, "
+                              f"got {run['with_references']!r}")
 
 
 def read_experiment(path: Path) -> dict:
     "The experiment file, checked: its keys, its runs' settings, what a run continues."
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ExperimentError(f"{path}: cannot read it as JSON ({e})") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("runs"), dict) or not spec["runs"]:
         raise ExperimentError(f"{path}: expected an object with \"runs\": {{name: settings it changes}}")
     if set(spec) - EXPERIMENT_KEYS:
         raise ExperimentError(f"{path}: unknown keys {sorted(set(spec) - EXPERIMENT_KEYS)} (expected {sorted(EXPERIMENT_KEYS)})")
+    check_measure(spec.get("measure", {}), path)
     if set(spec.get("measure", {})) - MEASURE_KEYS:
         raise ExperimentError(f"{path}: measure takes {sorted(MEASURE_KEYS)}, got {sorted(spec['measure'])}")
     alphas = spec.get("measure", {}).get("length_penalties", [])
@@ -123,6 +162,7 @@ def read_experiment(path: Path) -> dict:
     for name, run in spec["runs"].items():
         if not isinstance(run, dict):
             raise ExperimentError(f"{path}: run {name!r} must be an object of the settings it changes")
+        check_run(name, run, path)
         source = run.get("continues")
         if source is not None and (source not in spec["runs"] or source == name or "continues" in spec["runs"][source]):
             raise ExperimentError(f"{path}: run {name!r} continues {source!r}, which is not another run of this file "
@@ -146,6 +186,7 @@ def read_experiment(path: Path) -> dict:
 
 def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
     "Every (run, seed) with its TrainConfig, its folder, and the runs it starts from, in the file's order."
+    from annotated_transformer.cli import check_settings
     from annotated_transformer.train import TrainConfig
     base = changed(TrainConfig(), spec.get("recipe", {}), f"{path}: recipe")  # TrainConfig's defaults are the recipe
     planned = []
@@ -154,6 +195,15 @@ def planned_runs(spec: dict, path: Path, runs_dir: Path) -> list[dict]:
         for name, run in spec["runs"].items():
             cfg = changed(replace(base, seed=seed), {k: v for k, v in run.items() if k not in RUN_ONLY_KEYS},
                           f"{path}: run {name!r}")
+            try:  # every setting as `train` checks it (the runner's own corpus and start are made later)
+                check_settings(cfg)
+            except ValueError as e:
+                raise ExperimentError(f"{path}: run {name!r}: {e}") from None
+            missing = [f"{split}.{lang}" for split in ("train", "val", "test") for lang in (cfg.src_lang, cfg.tgt_lang)
+                       if cfg.corpus_dir and not any(Path(cfg.corpus_dir, f"{split}.{lang}{gz}").is_file()
+                                                     for gz in ("", ".gz"))]  # as `load_parallel` looks for them
+            if missing:
+                raise ExperimentError(f"{path}: run {name!r}: corpus_dir {cfg.corpus_dir} has no {', '.join(missing)}")
             teachers = [runs_dir / folder_name(configs[t]) for t in run.get("distilled_from", [])]
             if teachers:  # the teachers' translations are the corpus: a folder named by the teachers and their beam
                 corpus = "corpus-" + hashlib.sha256(json.dumps([[t.name for t in teachers], run.get("teacher_beam", 1)]
@@ -455,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=1.0,
                         help="--compare: BLEU a run may score below the record's lowest best epoch (default: 1.0)")
     args = parser.parse_args(argv)
+    from annotated_transformer.checkpoint import RunLockedError
+    from annotated_transformer.cli import _check_output, _exit_status, _one_line
     from annotated_transformer.train import TrainingStopped
     try:
         spec = read_experiment(args.file)
@@ -473,18 +525,22 @@ def main(argv: list[str] | None = None) -> int:
             for run in planned:
                 print(f"{run['config'].out_dir}: {json.dumps(differences(run['config'], TrainConfig()))}")
             return 0
+        out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
+        _check_output(str(out), "--out", {"the experiment file": str(args.file)})  # before anything trains
         runner = Runner(args.data_dir, spec.get("measure", {}).get("limit"))
         train_runs(planned, runner)
-        out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
         write_json(out, record(spec, args.file, planned, runner))
         print(f"wrote {out}")
         return 0
     except ExperimentError as e:
         print(f"experiment.py: {e}", file=sys.stderr)
         return 2
-    except TrainingStopped as stopped:  # Ctrl-C or SIGTERM: the checkpoint is saved, the same command resumes
-        print(f"experiment.py: {stopped}", file=sys.stderr)
+    except (TrainingStopped, KeyboardInterrupt) as stopped:  # Ctrl-C or SIGTERM: a stopped run resumes
+        print(f"experiment.py: {str(stopped) or 'interrupted'}", file=sys.stderr)
         return 130
+    except (ValueError, OSError, RunLockedError) as e:  # what `annotated-transformer train` says in one line
+        print(f"experiment.py: {_one_line(e)}", file=sys.stderr)
+        return _exit_status(e)
 
 
 if __name__ == "__main__":
