@@ -45,7 +45,7 @@ from fastcore.docments import docments
 from tqdm.auto import tqdm
 
 from . import __version__
-from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, _field_ok, atomic_write, check_destination,
+from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, atomic_write, check_destination,
                                              read_config)
 from .copy_task import COPY_TASK_TIME, CopyTaskConfig, copy_batches, train_copy_task
 from .data import default_cache_dir
@@ -54,7 +54,7 @@ from .devices import PRECISIONS, default_device, resolve_precision
 from .distributed import distributed_environment
 from .export import EXPORTERS, export_model, is_exported  # fills the engines of `Translator`
 from .evaluation import AVERAGE_DTYPES, average_checkpoints, evaluate_translator, last_checkpoints, test_set
-from .model import LIMITS, PRESETS, Limit, ModelConfig
+from .model import LIMITS, PRESETS, Limit, ModelConfig, _json_fits
 from .train import TrainConfig, TrainingStopped, train
 from .training import greedy_decode
 
@@ -228,7 +228,7 @@ def check_settings(cfg: TrainConfig) -> TrainConfig:
         if name in ("model", *_DATA_FIELDS) or (value is None and "None" in kind):
             continue
         try:
-            if isinstance(value, str) != ("str" in kind) or not (isinstance(value, str) or _field_ok(value, kind)):
+            if isinstance(value, str) != ("str" in kind) or not (isinstance(value, str) or _json_fits(value, kind)):
                 raise argparse.ArgumentTypeError(f"expected {kind}, got {value!r}")
             CHECKS[name](str(value))
         except argparse.ArgumentTypeError as e:

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, check_path, load_model, read_config,
-                                              trusted_manifest, writing_folder)
+from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, check_manifest, check_path, load_model,
+                                              read_config, writing_folder)
 from .data import BOS, EOS, PAD, SPECIALS
 from .decoding import ENGINES, Decodable, Translator
 from .model import EncoderDecoder, ModelConfig
@@ -261,7 +261,7 @@ def open_exported(path: Path,  # a folder `export_model` wrote
     "The `Translator` of an exported folder: `Translator.from_checkpoint` calls this for one."
     if quantization not in (None, "int8"):
         raise ValueError(f"quantization {quantization!r}: the engines offer int8 (or none, float32)")
-    trusted_manifest(path)  # every file as export_model wrote it
+    check_manifest(path, required=True)  # every file as export_model wrote it
     config = read_config(path)
     engine, settings, extra = config[ENGINE_KEY], ModelConfig.from_dict(config["model"]), config.get("extra", {})
     model = (_ct2_model if engine == "ctranslate2" else _onnx_model)(path, settings, quantization)
