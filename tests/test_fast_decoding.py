@@ -35,7 +35,7 @@ def strip(ys: torch.Tensor) -> list[list[int]]:
 
 
 # (seed, </s> boost, pre-norm): models whose sentences end at many different lengths, in both norm placements
-CASES = [(2, 0.0, True), (3, 1.5, True), (5, 0.5, True), (4, 1.0, True), (8, 0.0, False), (11, 1.0, False)]
+CASES = [(2, 0.0, True), (3, 1.5, True), (8, 0.0, False), (11, 1.0, False)]
 
 
 @pytest.mark.parametrize("seed,eos,pre_norm", CASES)
