@@ -5,6 +5,7 @@ greedy decoding, the package's beam search (beam 4, alpha 0.6) and CTranslate2's
 sentences by length and decode batches of --batch-size, with outputs limited to input length + 50 and <unk> banned.
 The figures are the median of --rounds rounds. On a machine that other jobs share, the ratios of one run are what
 count: each round runs the four decoders within seconds of each other, so a busy spell slows them alike.
+Speeds are given per second of wall-clock time and per second of this process's CPU time, which other jobs sway less.
 
 The CTranslate2 model comes from `annotated_transformer.export` when the package has it; otherwise from the minimal
 conversion at the end of this script (measurement only). Also counted: the greedy outputs the two engines share.
@@ -60,11 +61,11 @@ def strip(ids: list[int]) -> list[int]:
     return ids[: ids.index(EOS)] if EOS in ids else ids
 
 
-def rate(fn, n: int) -> tuple[float, list]:
-    "(sentences per second, outputs) of one call of fn."
-    t0 = time.perf_counter()
+def rate(fn, n: int) -> tuple[float, float, list]:
+    "(sentences per second of wall-clock time, of this process's CPU time, outputs) of one call of fn."
+    t0, c0 = time.perf_counter(), time.process_time()  # CPU time: less swayed by other jobs on a shared machine
     out = fn()
-    return n / (time.perf_counter() - t0), out
+    return n / (time.perf_counter() - t0), n / (time.process_time() - c0), out
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -99,21 +100,27 @@ def main():
             "CTranslate2 beam 4": lambda sents: ct2_decode(engine, sents, 4, bs, names)}
     for fn in runs.values():  # warm-up: one-time costs (allocator growth, kernel choice) are not timed
         fn(encoded[:bs])
-    speeds, outputs = {name: [] for name in runs}, {}
+    speeds, cpu, outputs = {name: [] for name in runs}, {name: [] for name in runs}, {}
     for _ in range(args.rounds):
         for name, fn in runs.items():
-            speed, outputs[name] = rate(lambda: fn(encoded), n)
+            speed, cpu_speed, outputs[name] = rate(lambda: fn(encoded), n)
             speeds[name].append(speed)
+            cpu[name].append(cpu_speed)
     median = {name: statistics.median(s) for name, s in speeds.items()}
+    median_cpu = {name: statistics.median(s) for name, s in cpu.items()}
     same = sum(strip(a) == strip(b) for a, b in zip(outputs["package greedy"], outputs["CTranslate2 greedy"]))
     lines = [f"{cpu_name()} ({platform.machine()}, {os.cpu_count()} cores), 1 thread; torch {torch.__version__}, "
              f"ctranslate2 {ctranslate2.__version__} float32; {n} test2016 sentences, batches of {bs} sorted by length; "
              f"median of {args.rounds} interleaved rounds", "",
-             "| decoder | sentences/s (median) | rounds | package / CTranslate2 |", "| --- | ---: | --- | ---: |"]
+             "| decoder | sentences/s (median) | rounds | package / CTranslate2 | sentences per CPU second | "
+             "package / CTranslate2 (CPU time) |", "| --- | ---: | --- | ---: | ---: | ---: |"]
     for name in runs:
         engine_name = name.replace("package", "CTranslate2")
-        ratio = f"{median[name] / median[engine_name]:.2f}x" if name.startswith("package") else ""
-        lines.append(f"| {name} | {median[name]:.1f} | {', '.join(f'{s:.0f}' for s in speeds[name])} | {ratio} |")
+        mine = name.startswith("package")
+        ratio = f"{median[name] / median[engine_name]:.2f}x" if mine else ""
+        ratio_cpu = f"{median_cpu[name] / median_cpu[engine_name]:.2f}x" if mine else ""
+        lines.append(f"| {name} | {median[name]:.1f} | {', '.join(f'{s:.0f}' for s in speeds[name])} | {ratio} | "
+                     f"{median_cpu[name]:.1f} | {ratio_cpu} |")
     lines += ["", f"greedy outputs equal to CTranslate2's: {same}/{n}"]
     text = "\n".join(lines) + "\n"
     print(text, end="")
