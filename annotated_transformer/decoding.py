@@ -387,6 +387,7 @@ def _engine_of(path: Path) -> str | None:
     "The engine an exported folder's config.json names; None for a checkpoint of this package (or no config.json)."
     return read_config(path).get("engine") if (path / "config.json").is_file() else None
 
+# %% ../nbs/22_decoding.ipynb #835ff6b7
 class Translator:
     "Model + vocabularies; translates raw source sentences to target text (never `<unk>` with subwords)."
     def __init__(self, model: EncoderDecoder,
@@ -461,6 +462,7 @@ class Translator:
             results[i] = self.tgt_codec.decode_text(ids)
         return results
 
+# %% ../nbs/22_decoding.ipynb #9154a31e
 def translate(model: EncoderDecoder, sentences: list[str], src_vocab: Vocab | SubwordVocab,
               tgt_vocab: Vocab | SubwordVocab,
               src_lang: str = "de", tgt_lang: str = "en", **kwargs) -> list[str]:
