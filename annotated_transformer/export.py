@@ -1,4 +1,4 @@
-"""Export a trained model to CTranslate2 or ONNX, translate through the engine, and choose between them.
+"""Export a model to CTranslate2 or ONNX, and translate through the engine.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/export.html.md"""
 

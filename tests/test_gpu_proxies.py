@@ -93,8 +93,7 @@ def test_masked_selection_counts_as_a_read():
     assert [name for name, _, _ in reads.reads] == ["__getitem__"]
 
 
-@pytest.mark.slow  # compiling on a CPU: about a minute of CPU time
-def test_the_compiled_step_trains_as_the_eager_one():
+def test_the_compiled_step_trains_as_the_eager_one():  # compiling on a CPU: about a minute of CPU time, in CI too
     """Dropout off, so that the two are deterministic: the first step's gradients, then every step's loss, gradient norm
     and learning rate, equal. (Not the weights: where a gradient is near zero, Adam turns its last bits into an update
     of about the learning rate, either way.)"""
@@ -115,7 +114,7 @@ def test_the_compiled_step_trains_as_the_eager_one():
         torch.testing.assert_close(compiled["grad_norm"], eager["grad_norm"], rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.slow  # compiling on a CPU: a few seconds per dropout site
+@pytest.mark.slow  # compiling on a CPU, a few seconds per dropout site; tools/gpu_check.sh runs it on the GPU
 def test_compiled_dropout_keeps_1_minus_p_independently_and_backward_uses_the_same_mask():
     p = 0.1
     for site, stats in gpu_step.check_dropout_sites("cpu", p, d_model=32, d_ff=64, heads=4).items():

@@ -4,7 +4,8 @@
 # file in the package (or tools/make_readme.py would change README.md, or tools/paper_script.py would change
 # the_annotated_transformer.py), (c) ruff finds a mistake (an unused or undefined name: the rules are in pyproject.toml),
 # (d) a notebook fails under nbdev-test, (e) the documentation site does not build without warnings,
-# (f) a pytest test fails (the site's browser tests included: `-m "not browser"` leaves them out, CI never does).
+# (f) a pytest test fails (the site's browser tests included: `-m "not browser"` leaves them out, CI never does;
+# tests marked `slow` are left out here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,4 +49,5 @@ echo "== 5/6 documentation site (python tools/build_docs.py -> site/)"
 python tools/build_docs.py
 
 echo "== 6/6 pytest (the browser tests of the site need /usr/bin/chromium)"
-python -m pytest -q -n "${PYTEST_WORKERS:-2}" tests --durations=15  # the slowest are listed, to keep CI under 20 minutes
+# two processes that take the next test as they finish one; `slow` tests left out, as nbdev-test leaves out slow cells
+python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist worksteal -m "not slow" tests --durations=15
