@@ -42,6 +42,10 @@ fi
 echo "== 3/6 no unused or undefined names (ruff check)"
 ruff check .
 
+# Steps 4 and 6 run two notebooks, or two test processes, at once: each gets its share of the cores. Two processes
+# with a thread for every core each make the threads wait on one another, and run several times slower.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))}"
+
 echo "== 4/6 notebooks run (nbdev-test; cells flagged slow/gpu are skipped)"
 nbdev-test --n-workers "${NBDEV_TEST_WORKERS:-2}" --timing
 
