@@ -48,11 +48,16 @@ def multi30k():
 
 # ---------------------------------------------------------------- commands
 
-def cli(*args, stdin=None, env=None, cwd=None, **kwargs) -> subprocess.CompletedProcess:
-    "Run `annotated-transformer ARGS` as a user runs it: a process of its own, without progress bars, on one thread."
-    return subprocess.run([sys.executable, "-m", "annotated_transformer.cli", *args], input=stdin, capture_output=True,
-                          cwd=cwd, env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
+def run_as_user(argv: list, stdin=None, env=None, cwd=None, **kwargs) -> subprocess.CompletedProcess:
+    "Run a command line as a user runs it: a process of its own, without progress bars, on one thread."
+    return subprocess.run(argv, input=stdin, capture_output=True, cwd=cwd,
+                          env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
                           **{"timeout": 600, **kwargs})
+
+
+def cli(*args, **kwargs) -> subprocess.CompletedProcess:
+    "Run `annotated-transformer ARGS` as a user runs it (see `run_as_user`)."
+    return run_as_user([sys.executable, "-m", "annotated_transformer.cli", *args], **kwargs)
 
 
 def command(capsys, *args) -> tuple[int, str, str]:

@@ -11,15 +11,14 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.decoding import shipped_model_dir
-from conftest import one_line
+from conftest import one_line, run_as_user
 
 LINES = "ein hund läuft.\n\nzwei männer.\n"
 UPPER = LINES.upper()
 
 
 def run(command, *args, cwd, stdin=None, timeout=120):
-    return subprocess.run([*command, *args], input=stdin, capture_output=True, cwd=cwd, timeout=timeout,
-                          env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"})
+    return run_as_user([*command, *args], stdin=stdin, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture
