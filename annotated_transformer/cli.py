@@ -7,9 +7,9 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/cli.html.md"
 # %% auto #0
 __all__ = ['new_path', 'file_path', 'language', 'boolean', 'MAX_EPOCHS', 'CHECKS', 'MAX_THREADS', 'SUBCOMMANDS',
            'interrupted_while_starting', 'InputError', 'checked', 'in_range', 'one_of', 'device_name', 'not_empty',
-           'folder', 'checkpoint_folder', 'dataclass_arguments', 'config_from_args', 'copy_task_main', 'check_settings',
-           'train_main', 'model_folder', 'translate_main', 'evaluate_main', 'average_main', 'export_main',
-           'build_parser', 'main']
+           'folder', 'checkpoint_folder', 'Given', 'dataclass_arguments', 'config_from_args', 'copy_task_main',
+           'check_settings', 'train_main', 'model_folder', 'translate_main', 'evaluate_main', 'average_main',
+           'export_main', 'build_parser', 'main']
 
 # %% ../nbs/30_cli.ipynb #6b0fbcf3
 # First, before PyTorch loads (seconds): the command's answer to Ctrl-C while it is still starting
@@ -161,18 +161,25 @@ def _or_none(parse, annotation):
         return parse
     return lambda text: None if text.lower() == "none" else parse(text)
 
+class Given(argparse.Action):
+    "Store an option's value and add its name to `args.given`: a value the same as the default is still told apart."
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = namespace.given | {self.dest}
+
 def dataclass_arguments(parser: argparse.ArgumentParser,  # the (sub)command's parser
                         cls: type,  # a settings dataclass, e.g. `TrainConfig` (every field has a default)
                         defaults=None,  # the settings whose values are the defaults (None: `cls()`)
                         ) -> None:
     "One `--field-name` option per field of `cls` (and of a dataclass inside it), its help the field's docment."
     defaults, docs = cls() if defaults is None else defaults, docments(cls, full=True)
+    parser.set_defaults(given=frozenset())  # the options given on the command line (`Given`)
     for f in fields(cls):
         value, doc = getattr(defaults, f.name), docs[f.name]
         if is_dataclass(value):  # e.g. the ModelConfig inside TrainConfig: its fields are options too
             dataclass_arguments(parser, type(value), value)
         elif f.name not in _DATA_FIELDS:
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=_or_none(CHECKS[f.name], doc.anno),
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=_or_none(CHECKS[f.name], doc.anno), action=Given,
                                 default=value, help=f"{doc.docment or ''} (default: {value})".strip())
 
 def config_from_args(cls: type,  # the settings dataclass `dataclass_arguments` was given
@@ -218,7 +225,9 @@ def copy_task_main(args: argparse.Namespace) -> int:
 
 # %% ../nbs/30_cli.ipynb #8283165f
 _TRAIN = [_DEVICE, ("--allow-changed-data", dict(action="store_true", help="resume a run although its training or "
-                                                  "validation pairs changed since it began (default: refuse)"))]
+                                                  "validation pairs changed since it began (default: refuse)")),
+          ("--start-over", dict(action="store_true", help="remove the run that --out-dir holds (settings, history, "
+                                                          "checkpoints) and begin a new one (default: resume it)"))]
 
 def check_settings(cfg: TrainConfig) -> TrainConfig:
     "Refuse what `train` refuses from the command line: each value's type, and its range as its option checks it."
@@ -241,11 +250,10 @@ def check_settings(cfg: TrainConfig) -> TrainConfig:
 def train_main(args: argparse.Namespace) -> int:
     "Train a translation model with the settings the options describe; say where its checkpoints are."
     cfg = check_settings(config_from_args(TrainConfig, args))
-    ignored = [f"--{n.replace('_', '-')}" for n in ("subwords", "min_freq")
-               if getattr(cfg, n) != getattr(TrainConfig, n)]
-    if cfg.init_from is not None and ignored:  # (a value the same as the default cannot be told from none)
+    ignored = [f"--{n.replace('_', '-')}" for n in ("subwords", "min_freq") if n in args.given]
+    if cfg.init_from is not None and ignored:
         raise InputError(f"{' and '.join(ignored)} cannot apply with --init-from: the vocabularies are the start's")
-    history = train(cfg, device=args.device, allow_changed_data=args.allow_changed_data)
+    history = train(cfg, device=args.device, allow_changed_data=args.allow_changed_data, start_over=args.start_over)
     best = Path(cfg.out_dir, "best")
     if history and int(os.environ.get("RANK", "0")) == 0:  # name only the folders that were written
         found = f"best checkpoint in {best.resolve()}" if best.is_dir() else \

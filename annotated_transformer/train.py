@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -219,15 +220,26 @@ def _comparable(settings: dict) -> dict:
     folders = ("out_dir", "data_dir", "corpus_dir", "init_from")
     return {k: str(resolved(v)) if k in folders and v else v for k, v in settings.items()}
 
-def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the settings of the run to resume, if any
+def _run_files(out: Path) -> list[str]:
+    "What a run wrote in its folder: its settings, its data's fingerprint, its history and its checkpoints."
+    return [n for n in sorted(os.listdir(out))
+            if n in (SETTINGS_FILE, DATA_FILE, "history.jsonl") or RUN_CHECKPOINTS.fullmatch(n)]
+
+def _prepare_out_dir(out: Path, cfg: TrainConfig,
+                     start_over: bool = False,  # remove the run the folder holds and begin a new one
+                     ) -> dict | None:  # the settings of the run to resume, if any
     "Create the run folder, put back checkpoints an interrupted save left aside, refuse a run made with other settings."
     make_folder(out)
     for message in recover_folders(out):  # a crash in the middle of saving a checkpoint
         print(message)
-    kept = [n for n in sorted(os.listdir(out)) if n == "history.jsonl" or RUN_CHECKPOINTS.fullmatch(n)]
-    if kept and not (out / "last").exists():  # a new run would add its epochs to another's history and best/
+    kept = _run_files(out)
+    if kept and start_over:
+        for name in kept:
+            shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink()
+        print(f"starting over in {out}: removed {', '.join(kept)}")
+    elif kept and not (out / "last").exists():  # a new run would add its epochs to another's history and best/
         raise ValueError(f"{out} holds a run ({', '.join(kept)}) without the last/ a resume starts from: choose a new "
-                         "--out-dir, or move the old run away to start over")
+                         "--out-dir, or pass --start-over (start_over=True) to remove it and begin again")
     if not ((out / "last").exists() and (out / SETTINGS_FILE).exists()):
         return None
     settings = read_json(out / SETTINGS_FILE)
@@ -534,13 +546,14 @@ def train(cfg: TrainConfig,  # the run's settings
           progress: bool = True,  # progress bars and per-epoch lines (rank 0 only)
           data: TranslationData | None = None,  # reuse already-built data and vocabularies
           allow_changed_data: bool = False,  # resume even if the training or validation pairs changed since then
+          start_over: bool = False,  # remove the run that out_dir holds (settings, history, checkpoints) and begin anew
           ) -> list[dict]:  # one record per epoch run: losses, BLEU, time, steps
     "Train a translation model as configured (from `init_from`'s weights if given); resume from out_dir/last if there."
     info = setup_distributed(device)
     out, talk = Path(cfg.out_dir), progress and info.is_main
     with run_lock(out, info.is_main), stop_on_signals(info) as stop:
         # set up: the run folder, recovered, with the settings of the run it holds (refused if they differ)
-        resumed = _prepare_out_dir(out, cfg) if info.is_main else None
+        resumed = _prepare_out_dir(out, cfg, start_over) if info.is_main else None
         if info.world_size > 1:
             dist.barrier()  # the other ranks read what rank 0 may have just recovered
         fine_tuning = cfg.init_from is not None and not (out / "last").exists()

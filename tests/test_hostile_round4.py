@@ -2,6 +2,7 @@
 checked with the command's own checks, and smaller cases (one file as two inputs, a full disk, a huge --epochs, escape
 codes from a file). Most cases call the command's `main` in this process; models are tiny."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,25 @@ def test_a_run_without_last_is_not_trained_on(tmp_path, capsys, quiet):
         {k: v for k, v in before.items() if k != ".lock.holder"}  # one epoch in its history, its best/ as it was
 
 
+def test_a_run_folder_starts_over_only_when_asked(tmp_path, capsys, quiet):
+    data, run = corpus(tmp_path / "corpus"), tmp_path / "run"
+    assert train(capsys, run, data, "--epochs", "1")[0] == 0
+    for path in run.iterdir():  # as a run killed before its first epoch was saved leaves it
+        if path.name not in ("train_config.json", "data.json") and not path.name.startswith("."):  # (the lock stays)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    before = snapshot(run)
+    assert {"train_config.json", "data.json"} <= set(before)
+    one_line(train(capsys, run, data, "--epochs", "1", "--smoothing", "0.2"), 2, "train_config.json", "--start-over")
+    assert snapshot(run) == before
+    assert train(capsys, run, data, "--epochs", "2", "--smoothing", "0.2", "--start-over")[0] == 0
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in history] == [1, 2]
+    assert json.loads((run / "train_config.json").read_text())["smoothing"] == 0.2
+    status, out, err = train(capsys, run, data, "--epochs", "1", "--start-over")  # a whole run removed too
+    assert status == 0, err[-2000:]
+    assert len((run / "history.jsonl").read_text().splitlines()) == 1 and not (run / "epoch_002").exists()
+
+
 def test_a_resume_keeps_its_start(tmp_path, capsys, quiet):
     data = corpus(tmp_path / "corpus")
     assert train(capsys, tmp_path / "base", data, "--epochs", "2")[0] == 0
@@ -45,7 +65,7 @@ def test_a_resume_keeps_its_start(tmp_path, capsys, quiet):
     tune = ["train", "--corpus-dir", str(data), "--N", "1", "--d-model", "16", "--d-ff", "32", "--h", "2",
             "--max-tokens", "200", "--warmup", "5", "--val-bleu-sentences", "2", "--device", "cpu", "--threads", "1"]
     # the vocabulary is the start's: options that make one cannot apply
-    for option in (["--subwords", "0"], ["--min-freq", "1"]):
+    for option in (["--subwords", "0"], ["--min-freq", "1"], ["--subwords", "8000"], ["--min-freq", "2"]):  # defaults too
         one_line(command(capsys, *tune, "--out-dir", str(tmp_path / "x"), "--init-from", str(start), *option), 2,
                  option[0])
         assert not (tmp_path / "x").exists()
@@ -165,3 +185,39 @@ def test_a_closed_stdin_is_one_line(tmp_path, stand_in):
                              preexec_fn=lambda: os.close(0))
         one_line(res, 2, "input")
         assert not (tmp_path / "out.txt").exists()
+
+
+# ---------------------------------------------------------------- destinations nobody may write
+
+@pytest.fixture
+def read_only(tmp_path):
+    "A folder with one file, where no file can be made, replaced or removed: root included (for whom os.access says yes)."
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("kept\n")
+    root = os.geteuid() == 0
+    if not root:
+        folder.chmod(0o555)
+    elif subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("the tests run as root on a file system without the immutable attribute: no folder is read-only")
+    yield folder
+    if root:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o755)
+
+
+def test_an_output_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only, quiet):
+    src, ref = tmp_path / "in.de", tmp_path / "ref.en"
+    src.write_text("Ein Hund läuft.\n")
+    ref.write_text("A dog runs.\n")
+    for target in (read_only / "new.txt", read_only / "kept.txt"):  # a new file, or one to replace
+        one_line(command(capsys, "translate", "--input", str(src), "--output", str(target)), 2, str(target))
+        one_line(command(capsys, "evaluate", "--src", str(src), "--ref", str(ref), "--json", str(target)), 2, str(target))
+    assert snapshot(read_only) == {"kept.txt": b"kept\n"}
+
+
+def test_a_run_folder_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only, quiet):
+    data = corpus(tmp_path / "corpus")
+    one_line(train(capsys, read_only / "run", data, "--epochs", "1"), 2, str(read_only))
+    one_line(command(capsys, "copy-task", "--out", str(read_only / "copy"), "--epochs", "1"), 2, str(read_only))
+    assert snapshot(read_only) == {"kept.txt": b"kept\n"}

@@ -35,6 +35,13 @@ def opened(browser, screen, name=None, site_url=None, **options):
         context.close()
 
 
+def typeset(page):
+    "Wait until MathJax has typeset every display equation of the page (it works after the load event)."
+    page.wait_for_function("""() => window.MathJax && MathJax.startup && MathJax.startup.promise
+        && [...document.querySelectorAll('article div.math')].every(b => b.querySelector('mjx-container'))""", timeout=30000)
+    page.evaluate("() => MathJax.startup.promise")
+
+
 def visible(page, selector):
     "The first element matching `selector` that the reader can see."
     loc = page.locator(f"{selector} >> visible=true").first
@@ -186,7 +193,7 @@ def test_no_word_is_broken_across_lines(site_url, browser, screen):
 @pytest.mark.parametrize("name", ["01_attention.html", "02_layers.html", "05_training.html", "22_decoding.html", "08_paper_map.html"])
 def test_phone_equations_and_tables_fit_or_scroll_with_a_cue(site_url, browser, name):
     with opened(browser, "390x844", name, site_url) as page:
-        page.wait_for_timeout(500)  # MathJax typesets after load
+        typeset(page)
         boxes = page.evaluate("""() => [...document.querySelectorAll("article mjx-container[display='true'], article table")].map((e, i) => {
             e.dataset.probe = i;
             const box = e.parentElement, cue = getComputedStyle(box, '::after').content;
@@ -213,7 +220,7 @@ def test_phone_equations_and_tables_fit_or_scroll_with_a_cue(site_url, browser, 
 def test_laptop_centres_the_display_equations_that_fit(site_url, browser, name):
     "A display equation narrower than its column sits in the column's middle, not at one of its edges."
     with opened(browser, "1280x800", name, site_url) as page:
-        page.wait_for_timeout(500)  # MathJax typesets after load
+        typeset(page)
         shifts = page.evaluate("""() => [...document.querySelectorAll("article div.math")].map(block => {
             const eq = block.querySelector("mjx-container[display='true'] mjx-math");
             if (!eq || eq.getBoundingClientRect().width > block.getBoundingClientRect().width - 40) return null;  // fills it
