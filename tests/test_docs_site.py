@@ -55,7 +55,7 @@ def test_every_page_loads_cleanly_offline_light_and_fits_a_phone(site_url, brows
         page.on("requestfailed", lambda r: problems.append(f"{page.url}: failed request {r.url} {r.failure}"))
         page.on("response", lambda r: problems.append(f"{page.url}: HTTP {r.status} for {r.url}") if r.status >= 400 else None)
         page.on("requestfinished", lambda r: done.append(r))
-        page.goto(site_url + name, wait_until="networkidle")
+        page.goto(site_url + name)  # until the load event: the waits below, then the network's quiet, see the rest
         wait_for_charts(page, name)  # every chart of the notebook drew something
         if 'class="math' in (SITE / name).read_text():  # MathJax loads its parts and fonts as it typesets
             page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise && "

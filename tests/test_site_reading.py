@@ -261,6 +261,9 @@ def test_search_ranks_the_concepts_own_section_first_with_readable_snippets(site
         page.goto(site_url + "search.html?q=" + query.replace(" ", "+"), wait_until="networkidle")
         page.locator("#search-results li p.context").first.wait_for(timeout=15000)
         first = page.locator("#search-results li > a").first.get_attribute("href")
+        snippets = page.locator("#search-results li p.context").all_inner_texts()
+        latex = [s for s in snippets if re.search(r"\\\(|\\[a-zA-Z]+\{|\\frac|_\{", s)]
+        assert not latex, f"searching {query!r}: snippets show LaTeX source: {latex[0][:120]}"
         # the result is the section itself, or an index entry placed just before the section's heading
         landed = None
         if first.split("#")[0] == section.split("#")[0] and "#" in first:
@@ -272,11 +275,6 @@ def test_search_ranks_the_concepts_own_section_first_with_readable_snippets(site
                 const next = [...document.querySelectorAll('section[id]')].find(s => t.compareDocumentPosition(s) & Node.DOCUMENT_POSITION_FOLLOWING);
                 return next ? next.id : null; }""", first.split("#")[1])
         assert landed == section.split("#")[1], f"searching {query!r}: first result {first}, not the section that teaches it ({section})"
-        page.goto(site_url + "search.html?q=" + query.replace(" ", "+"), wait_until="networkidle")
-        page.locator("#search-results li p.context").first.wait_for(timeout=15000)
-        snippets = page.locator("#search-results li p.context").all_inner_texts()
-        latex = [s for s in snippets if re.search(r"\\\(|\\[a-zA-Z]+\{|\\frac|_\{", s)]
-        assert not latex, f"searching {query!r}: snippets show LaTeX source: {latex[0][:120]}"
     page.close()
 
 
