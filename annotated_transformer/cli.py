@@ -24,20 +24,17 @@ if sys.argv and os.path.basename(sys.argv[0]) == "annotated-transformer":  # the
 
 # %% ../nbs/30_cli.ipynb #9781da13
 import argparse
-import errno
-import gzip
 import itertools
 import json
 import time
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from . import __version__
-from .checkpoint import atomic_write, check_destination, read_config
+from .checkpoint import check_destination, read_config
 from .copy_task import COPY_TASK_TIME, CopyTaskConfig, copy_batches, train_copy_task
 from .data import default_cache_dir
 from .decoding import MAX_ALPHA, MAX_BEAM, Translator, shipped_model_dir, translation_batches
@@ -45,16 +42,16 @@ from .devices import default_device, resolve_precision
 from .distributed import distributed_environment
 from .export import EXPORTERS, export_model, is_exported  # fills the engines of `Translator`
 from .evaluation import AVERAGE_DTYPES, average_checkpoints, evaluate_translator, last_checkpoints, test_set
-from .options import (InputError, check_values, checked, checkpoint_folder, config_from_args,
-                                           dataclass_arguments, device_name, file_path, folder, in_range, new_path,
-                                           one_of)
+from .options import (
+    InputError, check_values, checked, checkpoint_folder, config_from_args, dataclass_arguments, device_name,
+    exit_status, file_path, folder, in_range, new_path, one_line, one_of)
+from .streams import byte_lines, check_output, text_lines, writing
 from .train import TrainConfig, TrainingStopped, train
 from .training import greedy_decode
 
-# %% ../nbs/30_cli.ipynb #7ec87e85
+# %% ../nbs/30_cli.ipynb #ebcfd810
 _DEVICE = ("--device", dict(type=device_name, help="cpu, cuda, cuda:N or mps (default: the best available)"))
 
-# %% ../nbs/30_cli.ipynb #ebcfd810
 _COPY_TASK = [
     ("--out", dict(type=new_path, default="runs/copy-task", help="checkpoint folder (default: runs/copy-task)")),
     _DEVICE,
@@ -142,82 +139,11 @@ _TRANSLATE = [
                           help="sentences decoded together; the output grows one batch at a time (default: 64)")),
     *_DECODING]
 
-# %% ../nbs/30_cli.ipynb #4cf8e90d
-def _lines(raw_lines, where: str):
-    "Text lines from byte lines (cut at \\n only): a byte-order mark dropped, \\r\\n ends too; bad UTF-8 is named."
-    for number, raw in enumerate(raw_lines, 1):
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
-        try:
-            yield (raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(f"{where} line {number}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-
-def _read(path: str | None):  # --input: a file or a pipe; None or '-': stdin
-    "The byte lines of --input (.gz decompressed) or stdin, read once, as they are needed; a bar on a terminal."
-    stdin = path in (None, "-")
-    if stdin and sys.stdin is None:
-        raise InputError("standard input is closed (<&-): give sentences as arguments or --input FILE")
-    if not stdin and Path(path).is_dir():
-        raise InputError(f"--input {path} is a folder: expected a file of sentences, one a line")
-    size = Path(path).stat().st_size if not stdin and Path(path).is_file() else None  # None: a stream's
-    off = {} if sys.stderr.isatty() else {"disable": True}
-    with nullcontext(sys.stdin.buffer) if stdin else open(path, "rb") as raw, \
-            gzip.open(raw) if not stdin and path.endswith(".gz") else nullcontext(raw) as f, \
-            tqdm(total=size, unit="B", unit_scale=True, leave=False, file=sys.stderr, **off) as bar:
-        try:
-            for line in f:
-                bar.update(raw.tell() - bar.n if size else len(line))
-                yield line
-        except (EOFError, gzip.BadGzipFile) as e:  # a truncated or damaged .gz
-            raise InputError(f"--input {path}: cannot read it ({e})") from None
-
-# %% ../nbs/30_cli.ipynb #5531d59c
-def _check_output(path: str,  # what --output or --json names
-                  option: str,
-                  reads: dict,  # {what it is: a file or folder the command reads ('-': stdin; None: none)}
-                  ) -> Path:
-    "Refuse, before any work, an output that cannot be written, or that is one of the command's inputs by any name."
-    out, real = Path(path), Path(os.path.realpath(path))
-    if out.is_dir():
-        raise InputError(f"{option} {out} is a folder: expected a file name")
-    if not real.parent.is_dir():
-        raise InputError(f"{option} {out}: no such folder {out.parent}")
-    renamed = real.is_file() or not real.exists()  # written beside it, then renamed
-    if (real.exists() and not os.access(real, os.W_OK)) or (renamed and not os.access(real.parent, os.W_OK | os.X_OK)):
-        raise InputError(f"{option} {out}: not writable here (permission denied)")
-    for what, read in reads.items():
-        if read == "-":
-            same = real.is_file() and sys.stdin is not None and os.path.samestat(real.stat(), os.fstat(0))
-        elif read is not None and Path(read).is_dir():
-            same = real.is_relative_to(os.path.realpath(read))
-        else:
-            same = read is not None and real.is_file() and Path(read).is_file() and os.path.samefile(real, read)
-        if same:
-            raise InputError(f"{option} {out} is {what}: choose another file")
-    return out
-
-# %% ../nbs/30_cli.ipynb #1e2a406d
-@contextmanager
-def _writing(path: Path | None):  # None: stdout
-    "A text file to write: stdout, a device or a pipe as it is; else a new file, renamed `path` if the block ends well."
-    try:
-        if path is None or (path.exists() and os.path.samestat(path.stat(), os.fstat(1))):
-            yield sys.stdout
-        elif path.exists() and not path.is_file():
-            with open(path, "w", encoding="utf-8", newline="\n") as f:
-                yield f
-        else:
-            with atomic_write(os.path.realpath(path)) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                yield f
-    except OSError as e:  # a full disk or device: name the file, as an error of opening it would
-        if path is None or e.filename is not None:
-            raise
-        raise OSError(e.errno, e.strerror, str(path)) from None
-
 # %% ../nbs/30_cli.ipynb #a972ee17
 def _translator(args: argparse.Namespace) -> Translator:
     "What `translate` and `evaluate` decode with: the folder --checkpoint names, else the shipped model."
-    return Translator.from_checkpoint(args.checkpoint or shipped_model_dir(), args.device, args.trust, args.quantization)
+    return Translator.from_checkpoint(args.checkpoint or shipped_model_dir(), args.device, args.trust,
+                                      args.quantization)
 
 def translate_main(args: argparse.Namespace) -> int:
     "One output line per input line, read, translated and written a batch at a time; a bad line is named."
@@ -226,12 +152,12 @@ def translate_main(args: argparse.Namespace) -> int:
     where = "argument" if args.sentences else "stdin" if args.input in (None, "-") else args.input
     reads = {"the file being translated": None if args.sentences else args.input or "-",
              "inside the checkpoint being read": args.checkpoint or shipped_model_dir()}
-    out = args.output and _check_output(args.output, "--output", reads)  # before the model loads
-    lines = iter(args.sentences) if args.sentences else _lines(_read(args.input), where)
+    out = args.output and check_output(args.output, "--output", reads)  # before the model loads
+    lines = iter(args.sentences) if args.sentences else text_lines(byte_lines(args.input), where)
     head = next(lines, None)  # an empty input needs no model
     batches = () if head is None else translation_batches(_translator(args), itertools.chain([head], lines), where,
                                                           args.batch_size, args.beam_size, args.alpha)
-    with _writing(out) as f:
+    with writing(out) as f:
         for batch in batches:
             f.write("".join(line + "\n" for line in batch))
             f.flush()
@@ -268,7 +194,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint or shipped_model_dir())
     reads = {"the --src file": args.src, "the --ref file": args.ref, "inside the --corpus-dir": args.corpus_dir,
              "inside the --data-dir": args.data_dir, "inside the checkpoint being read": checkpoint}
-    json_path = _check_output(args.json, "--json", reads) if args.json not in (None, "-") else None
+    json_path = check_output(args.json, "--json", reads) if args.json not in (None, "-") else None
     extra = read_config(checkpoint).get("extra", {})  # the languages, read before the model loads
     files = (args.src, args.ref) if args.src is not None else None
     pairs, data = test_set(extra.get("src_lang", "de"), extra.get("tgt_lang", "en"), args.split, args.data_dir,
@@ -278,7 +204,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     res = {**res, "data": data, "split": split, "checkpoint": str(checkpoint.resolve())}
     text = json.dumps(res, indent=2, ensure_ascii=False) + "\n"
     if json_path is not None:
-        with _writing(json_path) as f:
+        with writing(json_path) as f:
             f.write(text)
     if args.json == "-":
         print(text, end="")
@@ -339,8 +265,8 @@ SUBCOMMANDS = {  # name: (what it does, its settings dataclass, its other option
               _TRAIN + [_DEBUG, _THREADS], train_main),
     "translate": ("translate sentences (arguments, stdin or --input) with a shipped model or a checkpoint", None,
                   _TRANSLATE + [_DEBUG, _THREADS], translate_main),
-    "evaluate": ("sacreBLEU and chrF of a shipped model or a checkpoint on Multi30k, a corpus folder or two files", None,
-                 _EVALUATE + [_DEBUG, _THREADS], evaluate_main),
+    "evaluate": ("sacreBLEU and chrF of a shipped model or a checkpoint on Multi30k, a corpus folder or two files",
+                 None, _EVALUATE + [_DEBUG, _THREADS], evaluate_main),
     "average": ("average the weights of several checkpoints (section 6.1)", None, _AVERAGE + [_DEBUG], average_main),
     "export": ("write a checkpoint for an inference engine (CTranslate2 or ONNX Runtime)", None, _EXPORT + [_DEBUG],
                export_main),
@@ -385,23 +311,6 @@ def _check_before(command: str, argv: list[str]) -> None:
     default_cache_dir()  # $ANNOTATED_TRANSFORMER_DATA must not be a file
 
 # %% ../nbs/30_cli.ipynb #30d7afe1
-_PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
-                errno.ELOOP, errno.EROFS, errno.EEXIST, errno.ENOTEMPTY}
-
-def _exit_status(error: Exception) -> int:
-    "2 for bad input (a wrong value, a missing or unfit file or path), 1 for a fault (network, a locked run, the rest)."
-    if isinstance(error, OSError) and error.filename is not None:
-        return 2 if error.errno in _PATH_ERRNOS else 1
-    return 2 if isinstance(error, (ValueError, FileNotFoundError)) else 1
-
-def _one_line(error: Exception) -> str:
-    "The error's message on one line; an OS error names its path in full, however long."
-    if isinstance(error, OSError) and error.filename is not None:
-        text = f"{error.filename}: {error.strerror}" + (f" (and {error.filename2})" if error.filename2 else "")
-    else:
-        text = str(error) or type(error).__name__
-    return " ".join(text.split())
-
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `annotated-transformer` console script: 0 success, 2 bad input, 1 fault, 130 stopped."
     prog, args = "annotated-transformer", None
@@ -426,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         if args is None or args.debug:
             raise
-        status = _exit_status(error)
+        status = exit_status(error)
         kind, hint = ("error", "") if status == 2 else ("failed", " (run again with --debug for the traceback)")
-        print(f"{prog}: {kind}: {_one_line(error)}{hint}", file=sys.stderr)
+        print(f"{prog}: {kind}: {one_line(error)}{hint}", file=sys.stderr)
         return status
 
 if __name__ == "__main__" and "get_ipython" not in globals():  # `python -m annotated_transformer.cli` (torchrun)
