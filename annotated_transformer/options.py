@@ -1,4 +1,4 @@
-"""Each settings dataclass as a command's options, every value checked when it is parsed, a mistake told in one line.
+"""Settings as options, checked as they are parsed; a mistake in one line.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/options.html.md"""
 

@@ -1,4 +1,4 @@
-"""The commands' inputs read once, as streams; their outputs written whole, never onto an input.
+"""Inputs read once; outputs written whole, never onto an input.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/streams.html.md"""
 
