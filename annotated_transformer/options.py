@@ -6,8 +6,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/options.html
 
 # %% auto #0
 __all__ = ['new_path', 'file_path', 'language', 'boolean', 'MAX_EPOCHS', 'CHECKS', 'InputError', 'checked', 'in_range', 'one_of',
-           'exit_status', 'one_line', 'device_name', 'not_empty', 'folder', 'checkpoint_folder', 'Given',
-           'dataclass_arguments', 'config_from_args', 'check_values']
+           'device_name', 'not_empty', 'folder', 'checkpoint_folder', 'Given', 'dataclass_arguments',
+           'config_from_args', 'check_values', 'exit_status', 'one_line']
 
 # %% ../nbs/18_options.ipynb #1eb542d9
 import argparse
@@ -56,24 +56,6 @@ def in_range(low: float, high: float = math.inf,
 def one_of(names: tuple):
     "Parser of one of `names`."
     return checked(str, f"one of {', '.join(names)}", names.__contains__)
-
-# %% ../nbs/18_options.ipynb #f22c30dc
-_PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
-                errno.ELOOP, errno.EROFS, errno.EEXIST, errno.ENOTEMPTY}
-
-def exit_status(error: Exception) -> int:
-    "2 for bad input (a wrong value, a missing or unfit file or path), 1 for a fault (network, a locked run, the rest)."
-    if isinstance(error, OSError) and error.filename is not None:
-        return 2 if error.errno in _PATH_ERRNOS else 1
-    return 2 if isinstance(error, (ValueError, FileNotFoundError)) else 1
-
-def one_line(error: Exception) -> str:
-    "The error's message on one line; an OS error names its path in full, however long."
-    if isinstance(error, OSError) and error.filename is not None:
-        text = f"{error.filename}: {error.strerror}" + (f" (and {error.filename2})" if error.filename2 else "")
-    else:
-        text = str(error) or type(error).__name__
-    return " ".join(text.split())
 
 # %% ../nbs/18_options.ipynb #7ec87e85
 def device_name(text: str) -> str:
@@ -196,3 +178,21 @@ def check_values(cfg):  # a settings dataclass, e.g. `TrainConfig`, whose values
             except argparse.ArgumentTypeError as e:
                 raise InputError(f"{f.name}: {e}") from None
     return cfg
+
+# %% ../nbs/18_options.ipynb #f22c30dc
+_PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
+                errno.ELOOP, errno.EROFS, errno.EEXIST, errno.ENOTEMPTY}
+
+def exit_status(error: Exception) -> int:
+    "2 for bad input (a wrong value, a missing or unfit file or path), 1 for a fault (network, a locked run, the rest)."
+    if isinstance(error, OSError) and error.filename is not None:
+        return 2 if error.errno in _PATH_ERRNOS else 1
+    return 2 if isinstance(error, (ValueError, FileNotFoundError)) else 1
+
+def one_line(error: Exception) -> str:
+    "The error's message on one line; an OS error names its path in full, however long."
+    if isinstance(error, OSError) and error.filename is not None:
+        text = f"{error.filename}: {error.strerror}" + (f" (and {error.filename2})" if error.filename2 else "")
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(text.split())
