@@ -506,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="--compare: BLEU a run may score below the record's lowest best epoch (default: 1.0)")
     args = parser.parse_args(argv)
     from annotated_transformer.checkpoint import RunLockedError
-    from annotated_transformer.cli import _check_output, _exit_status, _one_line
+    from annotated_transformer.options import exit_status, one_line
+    from annotated_transformer.streams import check_output
     from annotated_transformer.train import TrainingStopped
     try:
         spec = read_experiment(args.file)
@@ -526,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{run['config'].out_dir}: {json.dumps(differences(run['config'], TrainConfig()))}")
             return 0
         out = args.out or ROOT / "results" / "experiments" / f"{args.file.stem}.json"
-        _check_output(str(out), "--out", {"the experiment file": str(args.file)})  # before anything trains
+        check_output(str(out), "--out", {"the experiment file": str(args.file)})  # before anything trains
         runner = Runner(args.data_dir, spec.get("measure", {}).get("limit"))
         train_runs(planned, runner)
         write_json(out, record(spec, args.file, planned, runner))
@@ -539,8 +540,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"experiment.py: {str(stopped) or 'interrupted'}", file=sys.stderr)
         return 130
     except (ValueError, OSError, RunLockedError) as e:  # what `annotated-transformer train` says in one line
-        print(f"experiment.py: {_one_line(e)}", file=sys.stderr)
-        return _exit_status(e)
+        print(f"experiment.py: {one_line(e)}", file=sys.stderr)
+        return exit_status(e)
 
 
 if __name__ == "__main__":
