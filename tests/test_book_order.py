@@ -3,11 +3,12 @@ numbers; a notebook uses only modules of its own part or earlier ones; the paper
 import ast
 import json
 import re
-from pathlib import Path
+import sys
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 PACKAGE = ROOT / "annotated_transformer"
 PAPER_LIBRARIES = {"torch", "altair", "pandas"}  # what part 1's modules may import besides the standard library
 
@@ -56,13 +57,11 @@ def test_a_module_imports_only_lower_numbers(module):
     later = {m: NUMBERS.get(m) for m in ours if m != "_modidx" and NUMBERS.get(m, 0) >= NUMBERS[module]}
     assert not later, f"{module} ({NUMBERS[module]:02d}) imports {later}"
     if NUMBERS[module] < 10:  # the paper's part: torch and the charts' libraries, nothing of the later parts
-        import sys
         assert outside - PAPER_LIBRARIES - set(sys.stdlib_module_names) - {"__future__"} == set(), outside
 
 
 def test_the_exercises_checker_uses_only_the_paper():
     "The checker is written by hand, outside the book's pages; it serves part 1, so it imports only what part 1 may."
-    import sys
     assert "exercises" not in NUMBERS, "no page exports the checker: nbdev-export leaves the hand-written file alone"
     ours, outside = imports_of(ast.parse((PACKAGE / "exercises.py").read_text()))
     assert {m: NUMBERS.get(m) for m in ours if NUMBERS.get(m, 99) >= 10} == {}

@@ -3,9 +3,9 @@ optional extras it needs, from the one repository URL declared in pyproject.toml
 import json
 import re
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 NOTEBOOKS = sorted((ROOT / "nbs").glob("*.ipynb"))
 
 
