@@ -1,19 +1,11 @@
-"""Shared fixtures and helpers.
+"""Shared fixtures and helpers: running the command (`cli` in a process of its own, `command` in this one) and judging
+its end (`done`, `one_line`, `snapshot`); stand-ins, corpora and tiny models; the built site in a browser.
 
-Data: the Multi30k files are found as the library finds them ($ANNOTATED_TRANSFORMER_DATA, the user cache, the copy
-bundled with the package for test2016, then a verified download); `tools/check.sh` points $ANNOTATED_TRANSFORMER_DATA
-at ../shared/data/multi30k when that folder exists (CI, offline).
-
-Commands: `cli` runs `annotated-transformer` as a user runs it, in a process of its own; `command` runs the command's
-`main` in this process (no start-up cost); `one_line` checks a refusal by its exit status, its single line and the key
-words it must name; `snapshot` tells whether a folder was left as it was; `script` imports a script of tools/ or
-benchmarks/.
-
-CI runs the tests in two processes (`pytest -n 2`, pytest-xdist); each then gives torch its share of the cores.
-
-The site: `site` is the built documentation site (built once if missing, never skipped), `site_url` serves it on
-127.0.0.1 and `browser` is Debian's Chromium driven by Playwright. Every test that uses `site` or `browser` gets the
-marker `browser`: CI runs them, and `pytest -m "not browser"` leaves them out."""
+Data: the Multi30k files are found as the library finds them; `tools/check.sh` points $ANNOTATED_TRANSFORMER_DATA at
+../shared/data/multi30k when that folder exists (CI, offline). CI runs the tests in two processes (`pytest -n 2`); each
+gives torch its share of the cores. Every test that uses `site` or `browser` gets the marker `browser`: CI runs them,
+and `pytest -m "not browser"` leaves them out."""
+import ast
 import functools
 import http.server
 import importlib.util
@@ -108,6 +100,33 @@ def script(path: str):
     module = sys.modules[file.stem] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def imports_of(tree: ast.AST) -> tuple[set[str], set[str]]:
+    "The package's modules and the outside top-level packages that a piece of code imports (anywhere in it)."
+    ours, outside = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            ours |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("annotated_transformer"):
+            rest = node.module.split(".")[1:]
+            ours |= {rest[0]} if rest else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                (ours.add(a.name.split(".")[1]) if a.name.startswith("annotated_transformer.")
+                 else outside.add(a.name.split(".")[0]))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            outside.add(node.module.split(".")[0])
+    return ours, outside
+
+
+def notebook(path: Path, *cells: tuple) -> Path:
+    "Write a notebook of (kind, source), (kind, source, outputs) or (kind, source, outputs, metadata) cells."
+    def cell(kind, source, outputs=(), metadata=None):
+        extra = {"execution_count": None, "outputs": list(outputs)} if kind == "code" else {}
+        return {"cell_type": kind, "metadata": metadata or {}, "source": source, **extra}
+    path.write_text(json.dumps({"cells": [cell(*c) for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
 
 
 def snapshot(folder: Path) -> dict:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, imports_of
 
 PACKAGE = ROOT / "annotated_transformer"
 PAPER_LIBRARIES = {"torch", "altair", "pandas"}  # what part 1's modules may import besides the standard library
@@ -22,24 +22,6 @@ def module_numbers() -> dict[str, int]:
             if cell["cell_type"] == "code" and m:
                 numbers[m[1]] = int(nb.stem.split("_")[0])
     return numbers
-
-
-def imports_of(tree: ast.AST) -> tuple[set[str], set[str]]:
-    "The package's modules and the outside top-level packages that a piece of code imports (anywhere in it)."
-    ours, outside = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            ours |= {node.module} if node.module else {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("annotated_transformer"):
-            rest = node.module.split(".")[1:]
-            ours |= {rest[0]} if rest else {a.name for a in node.names}
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                (ours.add(a.name.split(".")[1]) if a.name.startswith("annotated_transformer.")
-                 else outside.add(a.name.split(".")[0]))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            outside.add(node.module.split(".")[0])
-    return ours, outside
 
 
 NUMBERS = module_numbers()

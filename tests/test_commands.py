@@ -40,10 +40,13 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
     one_line(cli(*args), 2, says)
 
 
-def test_translate_keeps_one_line_per_line():
-    out = done(cli("translate", "--beam-size", "1", stdin="Ein Hund.\n\n   \nZwei Männer.\n\n".encode())).split("\n")[:-1]
-    assert len(out) == 5 and out[1] == out[2] == out[4] == "" and out[0] and out[3], out
-    assert done(cli("translate", "")) == "\n"
+@pytest.mark.parametrize("args,stdin,lines", [  # lines: x for a translation, . for an empty line
+    ([], "Ein Hund.\n\n   \nZwei Männer.\n\n", "x..x."),
+    ([], "Ein Hund.\n\u200b\n\ufeff\n   \n\nZwei Männer.\n", "x....x"),  # invisible characters only: a blank line
+    ([""], None, ".")], ids=["blank", "invisible", "argument"])
+def test_translate_keeps_one_line_per_line(args, stdin, lines):
+    out = done(cli("translate", "--beam-size", "1", *args, stdin=stdin and stdin.encode())).split("\n")
+    assert out[-1] == "" and "".join("x" if line else "." for line in out[:-1]) == lines, out
 
 
 def test_translate_names_the_bad_line_and_translates_nothing():

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.exercises import EXERCISES, Oracle, check
-from conftest import ROOT, script
+from conftest import ROOT, notebook, script
 
 
 
@@ -266,12 +266,8 @@ def test_the_exercise_page_lists_every_exercise_with_a_link_to_its_chapter():
 def test_the_site_folds_solutions(tmp_path):
     "tools/build_docs.py turns a Colab solution cell into a cell whose code the site shows under 'Show the solution'."
     prepare_notebook = script("tools/build_docs.py").prepare_notebook
-    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Title"},
-                    {"cell_type": "markdown", "metadata": {}, "source": "The first sentence."},
-                    {"cell_type": "code", "metadata": {"cellView": "form", "jupyter": {"source_hidden": True}},
-                     "source": "#@title Solution\ndef f(): return 1", "outputs": [], "execution_count": None}],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    (tmp_path / "x.ipynb").write_text(json.dumps(nb))
+    notebook(tmp_path / "x.ipynb", ("markdown", "# Title"), ("markdown", "The first sentence."),
+             ("code", "#@title Solution\ndef f(): return 1", [], {"cellView": "form", "jupyter": {"source_hidden": True}}))
     prepare_notebook(tmp_path / "x.ipynb", tmp_path / "y.ipynb", None)
     cell = json.loads((tmp_path / "y.ipynb").read_text())["cells"][-1]
     assert cell["source"] == "def f(): return 1"

@@ -18,14 +18,18 @@ def write(folder: Path, name: str, spec: dict) -> Path:
     return path
 
 
+def run_file(tmp_path: Path, path: Path) -> dict:
+    "Run the experiment file `path`, its runs under tmp_path / runs: the record it writes."
+    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "record.json")]) == 0
+    return json.loads((tmp_path / "record.json").read_text())
+
+
 def test_a_new_experiment_file_runs_without_python_changes(tmp_path, capsys):
     "A file written now, of two tiny runs for one step each: trained, scored on val, the choice scored on test."
     path = write(tmp_path, "smoke", {"question": "Does a new file run?", "recipe": TINY,
                                      "runs": {"plain": {}, "no smoothing": {"smoothing": 0.0}},
                                      "measure": {"beams": [1, 2], "limit": 6, "length_penalties": [0.0, 1.0]}})
-    out = tmp_path / "record.json"
-    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
+    record = run_file(tmp_path, path)
     assert record["question"] == "Does a new file run?" and [r["name"] for r in record["runs"]] == ["plain", "no smoothing"]
     for run in record["runs"]:
         assert run["history"] and run["history"][0]["step"] == 1  # one optimizer step, as the file asked
@@ -68,14 +72,11 @@ def test_distillation_and_an_ensemble_are_steps_of_a_file(tmp_path):
             "runs": {"a": {}, "b": {"seed": 1}, "student": {"distilled_from": ["a", "b"]}},
             "ensembles": {"a and b": {"members": ["a", "b"], "dtype": "int8"}},
             "measure": {"beams": [1], "average_last": 0, "limit": 4}}
-    path = write(tmp_path, "distil", spec)
-    out = tmp_path / "record.json"
     with pytest.MonkeyPatch.context() as mp:  # the teachers translate this corpus's training side (scores use Multi30k's val)
         from annotated_transformer import recipe
         from annotated_transformer.data import load_parallel
         mp.setattr(recipe, "load_multi30k", lambda split, data_dir=None: load_parallel(tmp_path / "corpus", split, "de", "en"))
-        assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
+        record = run_file(tmp_path, write(tmp_path, "distil", spec))
     student = next(r for r in record["runs"] if r["name"] == "student")
     assert Path(student["settings"]["corpus_dir"]).parent == tmp_path / "runs"  # the teachers' corpus, not the references
     translated = (Path(student["settings"]["corpus_dir"]) / "train.en").read_text().splitlines()
@@ -91,9 +92,7 @@ def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
                      "tuned": {"fine_tunes": "base", "cooldown": 2, "warmup": 2, "factor": 0.5, "average_last": [2]}},
             "measure": {"beams": [1], "average_last": 0, "limit": 4}}
     path = write(tmp_path, "tune", spec)
-    out = tmp_path / "record.json"
-    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
+    record = run_file(tmp_path, path)
     base, tuned = (next(r for r in experiment.planned_runs(spec, path, tmp_path / "runs") if r["name"] == name)
                    for name in ("base", "tuned"))
     start = Path(base["config"].out_dir) / "best"  # average_last 0: the base run's one candidate, its best epoch
@@ -108,8 +107,7 @@ def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
     # once begun, a fine-tuning keeps its start: a rerun that would choose another candidate still finds the run finished
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(experiment.Runner, "choice", lambda *a: Path(base["config"].out_dir) / "epoch_001")
-        assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    tuned_again = next(r for r in json.loads(out.read_text())["runs"] if r["name"] == "tuned")
+        tuned_again = next(r for r in run_file(tmp_path, path)["runs"] if r["name"] == "tuned")
     assert Path(tuned_again["settings"]["init_from"]) == start and tuned_again["history"] == by_name["tuned"]["history"]
 
 

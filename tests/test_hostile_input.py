@@ -19,30 +19,29 @@ from conftest import TINY_TRAIN, cli, command, corpus, done, one_line, snapshot,
 
 # ---------------------------------------------------------------- corpora
 
-def test_corpus_errors_name_the_file_and_exit_2(tmp_path):
-    good = "ein Hund\nzwei Katzen\n"
-    cases = []
-    c = corpus(tmp_path / "empty", "", "")
-    cases.append((c, [str(c / "train.de"), "empty"]))
-    c = corpus(tmp_path / "counts", good, "a dog\n")
-    cases.append((c, [str(c / "train.en"), "aligned"]))
-    c = corpus(tmp_path / "gz", good, "a dog\ntwo cats\n")
-    (c / "train.de").unlink()
-    (c / "train.de.gz").write_bytes(gzip.compress(good.encode())[:-10])  # truncated
-    cases.append((c, [str(c / "train.de.gz")]))
-    c = corpus(tmp_path / "nolang", good, "a dog\ntwo cats\n")
-    (c / "train.en").unlink()
-    cases.append((c, [str(c / "train.en"), "missing"]))
-    c = corpus(tmp_path / "utf", "x\n", "a dog\n")
-    (c / "train.de").write_bytes(b"ein \xff Hund\n")
-    cases.append((c, [str(c / "train.de"), "UTF-8"]))
-    for folder, says in cases:
-        one_line(cli("train", "--corpus-dir", str(folder), "--out-dir", str(tmp_path / "run"), "--epochs", "1", *TINY_TRAIN),
-                 2, *says)
-    not_a_folder = tmp_path / "afile"
-    not_a_folder.write_text("x")
-    one_line(cli("evaluate", "--split", "val", "--limit", "2", env={"ANNOTATED_TRANSFORMER_DATA": str(not_a_folder)}),
-             2, "ANNOTATED_TRANSFORMER_DATA", str(not_a_folder))
+GOOD = "ein Hund\nzwei Katzen\n"
+CORPUS_ERRORS = {  # (files written over a good corpus, None: removed; the file the one line names; its key word)
+    "empty": ({"train.de": b"", "train.en": b""}, "train.de", "empty"),
+    "counts": ({"train.en": b"a dog\n"}, "train.en", "aligned"),
+    "truncated gzip": ({"train.de": None, "train.de.gz": gzip.compress(GOOD.encode())[:-10]}, "train.de.gz", ""),
+    "no English": ({"train.en": None}, "train.en", "missing"),
+    "not UTF-8": ({"train.de": b"ein \xff Hund\n"}, "train.de", "UTF-8")}
+
+
+@pytest.mark.parametrize("case", CORPUS_ERRORS)
+def test_corpus_errors_name_the_file_and_exit_2(tmp_path, case):
+    files, named, says = CORPUS_ERRORS[case]
+    folder = corpus(tmp_path / "corpus", GOOD, "a dog\ntwo cats\n")
+    for name, content in files.items():
+        (folder / name).unlink() if content is None else (folder / name).write_bytes(content)
+    one_line(cli("train", "--corpus-dir", str(folder), "--out-dir", str(tmp_path / "run"), "--epochs", "1", *TINY_TRAIN),
+             2, str(folder / named), says)
+
+
+def test_a_data_folder_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    one_line(cli("evaluate", "--split", "val", "--limit", "2", env={"ANNOTATED_TRANSFORMER_DATA": str(tmp_path / "afile")}),
+             2, "ANNOTATED_TRANSFORMER_DATA", str(tmp_path / "afile"))
 
 
 def test_a_line_separator_inside_sentences_keeps_the_pairs_aligned(tmp_path):

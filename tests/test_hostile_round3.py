@@ -39,12 +39,12 @@ def tiny_translator(folder: Path, dtype=None, seed: int = 0) -> Path:
                       extra_config={"src_lang": "de", "tgt_lang": "en"})
 
 
-def reseal(folder: Path) -> None:
-    "Write the manifest anew for the files as they are (what a damaged save would have sealed)."
+def reseal(folder: Path, also=()) -> None:
+    "Write the manifest anew for the files as they are (what a damaged save would have sealed), and for `also`: {name: file}."
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
-    for name in manifest["files"]:
-        manifest["files"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
-        manifest.setdefault("sizes", {})[name] = (folder / name).stat().st_size
+    for name, path in ({name: folder / name for name in manifest["files"]} | dict(also)).items():
+        manifest["files"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        manifest.setdefault("sizes", {})[name] = path.stat().st_size
     (folder / MANIFEST_FILE).write_text(json.dumps(manifest))
 
 
@@ -160,11 +160,7 @@ def test_a_manifest_names_files_of_its_folder_only(tmp_path, capsys, outside):
     ckpt = tiny_translator(tmp_path / "ckpt")
     target = tmp_path / "x"
     target.write_text("not part of the checkpoint")
-    name = str(target) if outside == "ABSOLUTE" else outside
-    manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
-    manifest["files"][name] = hashlib.sha256(target.read_bytes()).hexdigest()
-    manifest.setdefault("sizes", {})[name] = target.stat().st_size
-    (ckpt / MANIFEST_FILE).write_text(json.dumps(manifest))
+    reseal(ckpt, {str(target) if outside == "ABSOLUTE" else outside: target})
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
 
 
@@ -252,10 +248,9 @@ def test_a_nan_from_rdrop_names_rdrop(tmp_path, capsys, quiet):
 # ---------------------------------------------------------------- destinations, dtypes, killed writers
 
 def test_destinations_are_checked_before_the_work(tmp_path, capsys):
-    (tmp_path / "a_file").write_text("x")
-    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt"), "--epochs", "1"), 2, "not a folder")
+    (tmp_path / "a_file").write_text("x")  # (copy-task: the next test)
     ckpt = tiny_translator(tmp_path / "ckpt")
-    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "a_file" / "avg")), 2, "not a folder")
+    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "a_file" / "avg")), 2, "folder")
     if os.geteuid() != 0:  # (root may write anywhere)
         (tmp_path / "read_only").mkdir(mode=0o555)
         one_line(command(capsys, "copy-task", "--out", str(tmp_path / "read_only" / "ckpt"), "--epochs", "1"), 2, "read_only")
@@ -265,7 +260,7 @@ def test_copy_task_checks_its_destination_before_training(tmp_path, capsys, monk
     import annotated_transformer.cli as commands
     monkeypatch.setattr(commands, "train_copy_task", lambda *a, **k: pytest.fail("trained before checking --out"))
     (tmp_path / "a_file").write_text("x")
-    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "not a folder")
+    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "folder")
     translation = tiny_translator(tmp_path / "translation")
     one_line(command(capsys, "copy-task", "--out", str(translation)), 2, "translation")
 

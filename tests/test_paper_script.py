@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, done, script
+from conftest import ROOT, done, notebook, script
 
 SCRIPT = ROOT / "the_annotated_transformer.py"
 # runs a script with every import of the package refused, so a script that leans on the package fails
@@ -29,16 +29,6 @@ tool = script("tools/paper_script.py")
 def run_alone(script: Path, cwd: Path, timeout: int, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", RUN_ALONE, str(script), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
-
-
-def notebook(path: Path, *cells: tuple) -> Path:
-    "Write a notebook of (kind, source) or (kind, source, outputs) cells."
-    def cell(kind, source, outputs=()):
-        if kind == "markdown":
-            return {"cell_type": "markdown", "metadata": {}, "source": source}
-        return {"cell_type": "code", "metadata": {}, "execution_count": None, "source": source, "outputs": list(outputs)}
-    path.write_text(json.dumps({"cells": [cell(*c) for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    return path
 
 
 def test_the_script_is_what_the_notebooks_give():
