@@ -1,25 +1,18 @@
-"""Shared fixtures and helpers.
+"""Shared fixtures and helpers: running the command (`cli` in a process of its own, `command` in this one) and judging
+its end (`done`, `one_line`, `snapshot`); stand-ins, corpora and tiny models; the built site in a browser.
 
-Data: the Multi30k files are found as the library finds them ($ANNOTATED_TRANSFORMER_DATA, the user cache, the copy
-bundled with the package for test2016, then a verified download); `tools/check.sh` points $ANNOTATED_TRANSFORMER_DATA
-at ../shared/data/multi30k when that folder exists (CI, offline).
-
-Commands: `cli` runs `annotated-transformer` as a user runs it, in a process of its own; `command` runs the command's
-`main` in this process (no start-up cost); `one_line` checks a refusal by its exit status, its single line and the key
-words it must name; `snapshot` tells whether a folder was left as it was; `script` imports a script of tools/ or
-benchmarks/.
-
-CI runs the tests in two processes (`pytest -n 2`, pytest-xdist); each then gives torch its share of the cores.
-
-The site: `site` is the built documentation site (built once if missing, never skipped), `site_url` serves it on
-127.0.0.1 and `browser` is Debian's Chromium driven by Playwright. Every test that uses `site` or `browser` gets the
-marker `browser`: CI runs them, and `pytest -m "not browser"` leaves them out."""
+Data: the Multi30k files are found as the library finds them; `tools/check.sh` points $ANNOTATED_TRANSFORMER_DATA at
+../shared/data/multi30k when that folder exists (CI, offline). CI runs the tests in two processes (`pytest -n 2`); each
+gives torch its share of the cores. Every test that uses `site` or `browser` gets the marker `browser`: CI runs them,
+and `pytest -m "not browser"` leaves them out."""
+import ast
 import functools
 import http.server
 import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -68,6 +61,22 @@ def command(capsys, *args) -> tuple[int, str, str]:
     return status, out, err
 
 
+def command_exit(capsys, *args) -> tuple[int, str, str]:
+    "`command` for arguments that argparse refuses: it exits (SystemExit) instead of returning the status."
+    try:
+        return command(capsys, *args)
+    except SystemExit as stop:
+        out, err = capsys.readouterr()
+        return stop.code, out, err
+
+
+def done(result) -> str:
+    "`result` (a finished process) ended with status 0: its stdout, as text."
+    text = lambda out: out if isinstance(out, str) else (out or b"").decode()
+    assert result.returncode == 0, text(result.stdout)[-2000:] + text(result.stderr)[-3000:]
+    return text(result.stdout)
+
+
 def one_line(result, status: int, *says: str) -> str:
     "`result` (of `cli` or `command`) ended with `status` and one line of stderr, no traceback, naming each of `says`."
     if isinstance(result, subprocess.CompletedProcess):
@@ -93,33 +102,141 @@ def script(path: str):
     return module
 
 
+def imports_of(tree: ast.AST) -> tuple[set[str], set[str]]:
+    "The package's modules and the outside top-level packages that a piece of code imports (anywhere in it)."
+    ours, outside = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            ours |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("annotated_transformer"):
+            rest = node.module.split(".")[1:]
+            ours |= {rest[0]} if rest else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                (ours.add(a.name.split(".")[1]) if a.name.startswith("annotated_transformer.")
+                 else outside.add(a.name.split(".")[0]))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            outside.add(node.module.split(".")[0])
+    return ours, outside
+
+
+def notebook(path: Path, *cells: tuple) -> Path:
+    "Write a notebook of (kind, source), (kind, source, outputs) or (kind, source, outputs, metadata) cells."
+    def cell(kind, source, outputs=(), metadata=None):
+        extra = {"execution_count": None, "outputs": list(outputs)} if kind == "code" else {}
+        return {"cell_type": kind, "metadata": metadata or {}, "source": source, **extra}
+    path.write_text(json.dumps({"cells": [cell(*c) for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
 def snapshot(folder: Path) -> dict:
     "Every file under `folder` with its bytes: two equal snapshots mean nothing was written, changed or removed."
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-STAND_IN = """import sys
-from annotated_transformer import cli
-
 class Upper:
-    "Stands in for a model: a line's translation is its upper case; no line is too long."
+    "Stands in for a model: a line's translation is its upper case; no line is too long; Ctrl-C on the batch `stop_at`."
     model = type("M", (), {"config": type("C", (), {"max_len": 5000})()})()
+
+    def __init__(self, stop_at=None):
+        self.calls, self.stop_at = 0, stop_at
+
     def too_long(self, sentences, max_extra=50):
         return []
-    def translate(self, sentences, beam_size=4, alpha=0.6, batch_size=64):
-        return [s.upper() for s in sentences]
 
-cli._translator = lambda args: Upper()
-sys.exit(cli.main(sys.argv[1:]))
-"""
+    def translate(self, sentences, beam_size=4, alpha=0.6, batch_size=64):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return [s.upper() for s in sentences]
 
 
 @pytest.fixture
 def stand_in(tmp_path) -> list[str]:
-    "The command line of `annotated-transformer` with a stand-in model that upper-cases each line: no model loads."
+    "The command line of `annotated-transformer` with `Upper` standing in for the model: no model loads."
     script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN)
+    script.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nfrom conftest import Upper\n"
+                      "from annotated_transformer import cli\ncli._translator = lambda args: Upper()\n"
+                      "sys.exit(cli.main(sys.argv[1:]))\n")
     return [sys.executable, str(script)]
+
+
+@pytest.fixture
+def quiet(monkeypatch):
+    "No progress bars from commands run in this process."
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+
+
+@pytest.fixture
+def model_copy(tmp_path) -> Path:
+    "A copy of the shipped model that a test may change."
+    from annotated_transformer.decoding import shipped_model_dir
+    shutil.copytree(shipped_model_dir(), tmp_path / "model")
+    for p in (tmp_path / "model").iterdir():
+        p.chmod(0o644)
+    return tmp_path / "model"
+
+
+def swapped_vocabulary(folder: Path) -> str:
+    "The tokenizer.json of `folder` with two pieces' ids swapped: the same size, other meanings."
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    a, b = list(vocab)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    return json.dumps(tokenizer, ensure_ascii=False)
+
+
+def eos_model(seed: int, eos: float, vocab: int = 40, pre_norm: bool = True):
+    "A small random model; `eos` raises </s>'s logit, so that sentences end at many different lengths."
+    import torch
+    from annotated_transformer.data import EOS
+    from annotated_transformer.model import make_model
+    torch.manual_seed(seed)
+    m = make_model(vocab, vocab, N=2, d_model=32, d_ff=64, h=4, pre_norm=pre_norm).eval()
+    with torch.no_grad():
+        m.generator.proj.bias[EOS] += eos
+    return m
+
+
+# ---------------------------------------------------------------- a tiny training run on a corpus of your own
+
+PAIRS = [("Ein Hund läuft.", "A dog runs."), ("Eine Katze schläft.", "A cat sleeps."), ("Zwei Hunde spielen.", "Two dogs play."),
+         ("Ein Mann liest ein Buch.", "A man reads a book."), ("Eine Frau singt.", "A woman sings.")] * 8
+DE, EN = ("".join(line + "\n" for line in side) for side in zip(*PAIRS))
+# a model of a few thousand parameters, trained on the CPU with a word vocabulary
+TINY_TRAIN = ["--subwords", "0", "--min-freq", "1", "--N", "1", "--d-model", "16", "--d-ff", "32", "--h", "2",
+              "--max-tokens", "200", "--warmup", "5", "--val-bleu-sentences", "2", "--device", "cpu", "--threads", "1"]
+
+
+def corpus(folder: Path, de: str = DE, en: str = EN, splits=("train", "val", "test")) -> Path:
+    "A folder that `train --corpus-dir` reads: the texts `de` and `en`, as they are, in each split."
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in splits:
+        (folder / f"{split}.de").write_text(de, newline="")
+        (folder / f"{split}.en").write_text(en, newline="")
+    return folder
+
+
+def train(capsys, out: Path, data: Path, *extra) -> tuple[int, str, str]:
+    "`annotated-transformer train` of the tiny model on the corpus `data`, in this process (see `command`)."
+    return command(capsys, "train", "--corpus-dir", str(data), "--out-dir", str(out), *TINY_TRAIN, *extra)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Path:
+    "A folder with corpus/ and run/, the tiny model trained on it for one epoch. Copy it before changing it."
+    from annotated_transformer import cli as commands
+    folder = tmp_path_factory.mktemp("trained")
+    data = corpus(folder / "corpus")
+    assert commands.main(["train", "--corpus-dir", str(data), "--out-dir", str(folder / "run"), *TINY_TRAIN, "--epochs", "1"]) == 0
+    return folder
+
+
+@pytest.fixture
+def trained_copy(trained, tmp_path) -> tuple[Path, Path]:
+    "(corpus, run) of `trained`, copied into this test's folder: its own to change."
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "corpus", tmp_path / "run"
 
 
 # ---------------------------------------------------------------- the documentation site in a browser

@@ -3,11 +3,12 @@ numbers; a notebook uses only modules of its own part or earlier ones; the paper
 import ast
 import json
 import re
-from pathlib import Path
+import sys
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, imports_of
+
 PACKAGE = ROOT / "annotated_transformer"
 PAPER_LIBRARIES = {"torch", "altair", "pandas"}  # what part 1's modules may import besides the standard library
 
@@ -21,24 +22,6 @@ def module_numbers() -> dict[str, int]:
             if cell["cell_type"] == "code" and m:
                 numbers[m[1]] = int(nb.stem.split("_")[0])
     return numbers
-
-
-def imports_of(tree: ast.AST) -> tuple[set[str], set[str]]:
-    "The package's modules and the outside top-level packages that a piece of code imports (anywhere in it)."
-    ours, outside = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            ours |= {node.module} if node.module else {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("annotated_transformer"):
-            rest = node.module.split(".")[1:]
-            ours |= {rest[0]} if rest else {a.name for a in node.names}
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                (ours.add(a.name.split(".")[1]) if a.name.startswith("annotated_transformer.")
-                 else outside.add(a.name.split(".")[0]))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            outside.add(node.module.split(".")[0])
-    return ours, outside
 
 
 NUMBERS = module_numbers()
@@ -56,13 +39,11 @@ def test_a_module_imports_only_lower_numbers(module):
     later = {m: NUMBERS.get(m) for m in ours if m != "_modidx" and NUMBERS.get(m, 0) >= NUMBERS[module]}
     assert not later, f"{module} ({NUMBERS[module]:02d}) imports {later}"
     if NUMBERS[module] < 10:  # the paper's part: torch and the charts' libraries, nothing of the later parts
-        import sys
         assert outside - PAPER_LIBRARIES - set(sys.stdlib_module_names) - {"__future__"} == set(), outside
 
 
 def test_the_exercises_checker_uses_only_the_paper():
     "The checker is written by hand, outside the book's pages; it serves part 1, so it imports only what part 1 may."
-    import sys
     assert "exercises" not in NUMBERS, "no page exports the checker: nbdev-export leaves the hand-written file alone"
     ours, outside = imports_of(ast.parse((PACKAGE / "exercises.py").read_text()))
     assert {m: NUMBERS.get(m) for m in ours if NUMBERS.get(m, 99) >= 10} == {}

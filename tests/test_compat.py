@@ -38,14 +38,12 @@ def test_state_dict_keys_match_2022():
 def test_module_tree_names_match_2022():
     model = make_model(30, 40, N=2, d_model=32, d_ff=64, h=4)
     kinds = {name: type(m).__name__ for name, m in model.named_modules()}
-    assert kinds[""] == "EncoderDecoder"
-    assert kinds["encoder"] == "Encoder" and kinds["decoder"] == "Decoder"
-    assert kinds["encoder.layers.0"] == "EncoderLayer" and kinds["decoder.layers.1"] == "DecoderLayer"
-    assert kinds["encoder.layers.0.self_attn"] == "MultiHeadedAttention"
-    assert kinds["decoder.layers.0.feed_forward"] == "PositionwiseFeedForward"
-    assert kinds["encoder.layers.0.sublayer.0"] == "SublayerConnection"
-    assert kinds["src_embed"] == "Sequential" and kinds["src_embed.0"] == "Embeddings"
-    assert kinds["src_embed.1"] == "PositionalEncoding" and kinds["generator"] == "Generator"
+    expected = {"": "EncoderDecoder", "encoder": "Encoder", "decoder": "Decoder", "encoder.layers.0": "EncoderLayer",
+                "decoder.layers.1": "DecoderLayer", "encoder.layers.0.self_attn": "MultiHeadedAttention",
+                "decoder.layers.0.feed_forward": "PositionwiseFeedForward", "encoder.layers.0.sublayer.0": "SublayerConnection",
+                "src_embed": "Sequential", "src_embed.0": "Embeddings", "src_embed.1": "PositionalEncoding",
+                "generator": "Generator"}
+    assert {name: kinds.get(name) for name in expected} == expected
 
 
 # ---- independent functional reference -------------------------------------------------------

@@ -8,22 +8,22 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from conftest import done
+
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
 
-def _env():
+def worker(*args: str, ranks: int = 2) -> str:
+    "tests/ddp_worker.py ARGS: under torchrun in `ranks` processes, or alone (ranks=1) for the reference."
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    return {**env, "OMP_NUM_THREADS": "1", "ANNOTATED_TRANSFORMER_DEVICE": "cpu"}
+    launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] if ranks > 1 else []
+    return done(subprocess.run([sys.executable, *launch, str(WORKER), *args], capture_output=True, text=True, timeout=600,
+                               env={**env, "OMP_NUM_THREADS": "1", "ANNOTATED_TRANSFORMER_DEVICE": "cpu"}))
 
 
 def test_two_gloo_processes_match_single_process(tmp_path):
-    steps = 4
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          str(WORKER), str(tmp_path), str(steps)], capture_output=True, text=True, timeout=600, env=_env())
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    res = subprocess.run([sys.executable, str(WORKER), str(tmp_path), str(steps)], capture_output=True, text=True,
-                         timeout=600, env=_env())
-    assert res.returncode == 0, res.stderr[-3000:]
+    worker(str(tmp_path), "4")
+    worker(str(tmp_path), "4", ranks=1)
     r0, r1 = load_file(tmp_path / "rank0.safetensors"), load_file(tmp_path / "rank1.safetensors")
     single = load_file(tmp_path / "rank0_single.safetensors")
     assert r0.keys() == r1.keys() == single.keys()
@@ -40,9 +40,7 @@ def test_two_gloo_processes_match_single_process(tmp_path):
 
 def test_two_gloo_processes_train_under_bf16_autocast(tmp_path):
     "DDP + CPU bf16 autocast (the dtype rules of CUDA autocast): both ranks end identical, finite, float32."
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          str(WORKER), str(tmp_path), "3", "bf16"], capture_output=True, text=True, timeout=600, env=_env())
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    worker(str(tmp_path), "3", "bf16")
     r0, r1 = load_file(tmp_path / "rank0.safetensors"), load_file(tmp_path / "rank1.safetensors")
     for k in r0:
         assert r0[k].dtype == torch.float32 and torch.isfinite(r0[k]).all(), k

@@ -7,17 +7,11 @@ import torch
 from annotated_transformer.data import BOS, EOS, PAD, UNK
 from annotated_transformer.decoding import Ensemble, beam_search, greedy_decode_cached, sequence_score
 from annotated_transformer.model import make_model
+from conftest import eos_model
 
-def models(n: int, eos: float, vocab: int = 13) -> list:
-    "`n` small random models; `eos` raises </s>'s logit, so that some sentences end early and others run to the limit."
-    result = []
-    for seed in range(n):
-        torch.manual_seed(seed)
-        model = make_model(vocab, vocab, N=2, d_model=32, d_ff=64, h=4).eval()
-        with torch.no_grad():
-            model.generator.proj.bias[EOS] += eos
-        result.append(model)
-    return result
+def models(n: int, eos: float) -> list:
+    "`n` small random models (`eos_model`): some sentences end early and others run to the limit."
+    return [eos_model(seed, eos, vocab=13) for seed in range(n)]
 
 
 def source(batch: int = 6, length: int = 7, vocab: int = 13) -> tuple[torch.Tensor, torch.Tensor]:

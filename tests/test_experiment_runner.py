@@ -1,17 +1,14 @@
 """tools/experiment.py, the one runner of experiments: a file of settings in, a record out, no Python per experiment."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import experiment  # noqa: E402  (tools/experiment.py)
+from annotated_transformer.recipe import read_history
+from annotated_transformer.train import TrainConfig
+from conftest import ROOT, script
 
-from annotated_transformer.recipe import read_history  # noqa: E402
-from annotated_transformer.train import TrainConfig  # noqa: E402
-
+experiment = script("tools/experiment.py")
 TINY = {"epochs": 1, "max_steps": 1, "val_bleu_sentences": 5, "model": {"N": 1, "d_model": 32, "d_ff": 64, "h": 2}}
 
 
@@ -21,14 +18,18 @@ def write(folder: Path, name: str, spec: dict) -> Path:
     return path
 
 
+def run_file(tmp_path: Path, path: Path) -> dict:
+    "Run the experiment file `path`, its runs under tmp_path / runs: the record it writes."
+    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "record.json")]) == 0
+    return json.loads((tmp_path / "record.json").read_text())
+
+
 def test_a_new_experiment_file_runs_without_python_changes(tmp_path, capsys):
     "A file written now, of two tiny runs for one step each: trained, scored on val, the choice scored on test."
     path = write(tmp_path, "smoke", {"question": "Does a new file run?", "recipe": TINY,
                                      "runs": {"plain": {}, "no smoothing": {"smoothing": 0.0}},
                                      "measure": {"beams": [1, 2], "limit": 6, "length_penalties": [0.0, 1.0]}})
-    out = tmp_path / "record.json"
-    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
+    record = run_file(tmp_path, path)
     assert record["question"] == "Does a new file run?" and [r["name"] for r in record["runs"]] == ["plain", "no smoothing"]
     for run in record["runs"]:
         assert run["history"] and run["history"][0]["step"] == 1  # one optimizer step, as the file asked
@@ -56,9 +57,7 @@ def test_a_new_experiment_file_runs_without_python_changes(tmp_path, capsys):
 
 def test_a_continued_run_starts_from_the_finished_run(tmp_path):
     "A run that continues another is a copy of its folder trained on: its first epoch is the source's."
-    corpus = tiny_corpus(tmp_path / "corpus")
-    spec = {"recipe": {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
-                       "min_freq": 1, "max_tokens": 400},
+    spec = {"recipe": own_corpus(tmp_path, val_bleu_sentences=5),
             "runs": {"one epoch": {}, "two epochs": {"continues": "one epoch", "epochs": 2}}}
     planned = experiment.planned_runs(spec, write(tmp_path, "longer", spec), tmp_path / "runs")
     assert planned[1]["continues"] == Path(planned[0]["config"].out_dir)
@@ -69,40 +68,31 @@ def test_a_continued_run_starts_from_the_finished_run(tmp_path):
 
 def test_distillation_and_an_ensemble_are_steps_of_a_file(tmp_path):
     "A student trained on its teachers' translations, and two runs decoded together in 8 bits, from one file."
-    corpus = tiny_corpus(tmp_path / "corpus")
-    spec = {"recipe": {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
-                       "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0},
+    spec = {"recipe": own_corpus(tmp_path),
             "runs": {"a": {}, "b": {"seed": 1}, "student": {"distilled_from": ["a", "b"]}},
             "ensembles": {"a and b": {"members": ["a", "b"], "dtype": "int8"}},
             "measure": {"beams": [1], "average_last": 0, "limit": 4}}
-    path = write(tmp_path, "distil", spec)
-    out = tmp_path / "record.json"
     with pytest.MonkeyPatch.context() as mp:  # the teachers translate this corpus's training side (scores use Multi30k's val)
         from annotated_transformer import recipe
         from annotated_transformer.data import load_parallel
-        mp.setattr(recipe, "load_multi30k", lambda split, data_dir=None: load_parallel(corpus, split, "de", "en"))
-        assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
+        mp.setattr(recipe, "load_multi30k", lambda split, data_dir=None: load_parallel(tmp_path / "corpus", split, "de", "en"))
+        record = run_file(tmp_path, write(tmp_path, "distil", spec))
     student = next(r for r in record["runs"] if r["name"] == "student")
     assert Path(student["settings"]["corpus_dir"]).parent == tmp_path / "runs"  # the teachers' corpus, not the references
     translated = (Path(student["settings"]["corpus_dir"]) / "train.en").read_text().splitlines()
-    assert len(translated) == 60 and translated != (corpus / "train.en").read_text().splitlines()
+    assert len(translated) == 60 and translated != (tmp_path / "corpus" / "train.en").read_text().splitlines()
     (ensemble,) = record["ensembles"]
     assert ensemble["members"] == ["a", "b"] and ensemble["dtype"] == "int8" and ensemble["val"]["beam_1"]["sentences"] == 4
 
 
 def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
     "A run that fine-tunes another starts from the candidate that run chooses on val: its weights and its vocabulary."
-    corpus = tiny_corpus(tmp_path / "corpus")
-    spec = {"recipe": {**TINY, "max_steps": None, "epochs": 2, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus),
-                       "subwords": 100, "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0},
+    spec = {"recipe": own_corpus(tmp_path, epochs=2),
             "runs": {"base": {},
                      "tuned": {"fine_tunes": "base", "cooldown": 2, "warmup": 2, "factor": 0.5, "average_last": [2]}},
             "measure": {"beams": [1], "average_last": 0, "limit": 4}}
     path = write(tmp_path, "tune", spec)
-    out = tmp_path / "record.json"
-    assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
+    record = run_file(tmp_path, path)
     base, tuned = (next(r for r in experiment.planned_runs(spec, path, tmp_path / "runs") if r["name"] == name)
                    for name in ("base", "tuned"))
     start = Path(base["config"].out_dir) / "best"  # average_last 0: the base run's one candidate, its best epoch
@@ -117,18 +107,19 @@ def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
     # once begun, a fine-tuning keeps its start: a rerun that would choose another candidate still finds the run finished
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(experiment.Runner, "choice", lambda *a: Path(base["config"].out_dir) / "epoch_001")
-        assert experiment.main([str(path), "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    tuned_again = next(r for r in json.loads(out.read_text())["runs"] if r["name"] == "tuned")
+        tuned_again = next(r for r in run_file(tmp_path, path)["runs"] if r["name"] == "tuned")
     assert Path(tuned_again["settings"]["init_from"]) == start and tuned_again["history"] == by_name["tuned"]["history"]
 
 
-def tiny_corpus(corpus: Path) -> Path:
-    "A small corpus of its own, so that whole epochs take a second."
+def own_corpus(tmp_path: Path, **settings) -> dict:
+    "TINY's recipe on a small corpus of its own, written into tmp_path / corpus, so that whole epochs take a second."
+    corpus = tmp_path / "corpus"
     corpus.mkdir()
     for split, n in (("train", 60), ("val", 8), ("test", 8)):
         (corpus / f"{split}.de").write_text("".join(f"ein hund {i} rennt .\n" for i in range(n)))
         (corpus / f"{split}.en").write_text("".join(f"a dog {i} runs .\n" for i in range(n)))
-    return corpus
+    return {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
+            "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0, **settings}
 
 
 def test_runs_with_the_same_settings_share_a_folder(tmp_path):

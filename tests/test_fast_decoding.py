@@ -7,17 +7,8 @@ import torch
 from annotated_transformer.data import EOS, PAD
 from annotated_transformer.decoding import Ensemble, beam_search, greedy_decode_cached
 from annotated_transformer.fast import speed_up
-from annotated_transformer.model import make_model
 from annotated_transformer.training import greedy_decode
-
-
-def model(seed: int, eos: float, vocab: int = 40, pre_norm: bool = True):
-    "A small random model; `eos` raises </s>'s logit, so that sentences end at many different lengths."
-    torch.manual_seed(seed)
-    m = make_model(vocab, vocab, N=2, d_model=32, d_ff=64, h=4, pre_norm=pre_norm).eval()
-    with torch.no_grad():
-        m.generator.proj.bias[EOS] += eos
-    return m
+from conftest import eos_model
 
 
 def sources(seed: int, batch: int = 24, vocab: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,7 +32,7 @@ CASES = [(2, 0.0, True), (3, 1.5, True), (8, 0.0, False), (11, 1.0, False)]
 @pytest.mark.parametrize("seed,eos,pre_norm", CASES)
 @pytest.mark.parametrize("fast", [False, True])
 def test_cached_greedy_equals_plain_loop(seed, eos, pre_norm, fast):
-    m = model(seed, eos, pre_norm=pre_norm)
+    m = eos_model(seed, eos, pre_norm=pre_norm)
     if fast:
         speed_up(m)  # the toolkit's layers, as `Translator.from_checkpoint` loads a model
     src, src_mask = sources(seed)
@@ -53,7 +44,7 @@ def test_cached_greedy_equals_plain_loop(seed, eos, pre_norm, fast):
 
 
 def test_ensemble_of_one_and_beam_of_one_decode_as_greedy():
-    m = model(3, eos=3.0)
+    m = eos_model(3, eos=3.0)
     src, src_mask = sources(3)
     plain = strip(greedy_decode(m, src, src_mask, 20, 0, EOS))
     assert strip(greedy_decode_cached(Ensemble([m]), src, src_mask, 20)) == plain
@@ -62,7 +53,7 @@ def test_ensemble_of_one_and_beam_of_one_decode_as_greedy():
 
 
 def test_banned_token_never_output():
-    m = model(2, eos=0.0)
+    m = eos_model(2, eos=0.0)
     src, src_mask = sources(2)
     free = greedy_decode_cached(m, src, src_mask, 20)
     words = free[:, 1:].flatten()
@@ -72,7 +63,7 @@ def test_banned_token_never_output():
 
 
 def test_nan_weights_refused():
-    m = model(0, eos=0.0)
+    m = eos_model(0, eos=0.0)
     with torch.no_grad():
         m.decoder.layers[0].feed_forward.w_1.weight[0, 0] = float("nan")
     src, src_mask = sources(0)

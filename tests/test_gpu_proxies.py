@@ -27,16 +27,15 @@ BUDGETS = {"2.13": dict(fixed=1334, per_layer=1063)}
 MARGIN = 1
 
 
-def ops_of_step(N: int) -> int:
-    trainer = gpu_step.Trainer(dict(N=N, **TINY), VOCAB, "cpu", "bf16", dropout=0.1)
-    batch, warmup = gpu_step.make_batches(2, 4, VOCAB)
-    trainer.step(warmup)  # Adam's state exists from here on, as in every step but a run's first
-    return gpu_step.count_ops(trainer, batch)
-
-
 def step_ops() -> dict:
-    one, two = ops_of_step(1), ops_of_step(2)
-    return dict(fixed=one, per_layer=two - one)
+    "The operators of one step at N=1 (`fixed`), and those each further layer adds (`per_layer`)."
+    counted = []
+    for N in (1, 2):
+        trainer = gpu_step.Trainer(dict(N=N, **TINY), VOCAB, "cpu", "bf16", dropout=0.1)
+        batch, warmup = gpu_step.make_batches(2, 4, VOCAB)
+        trainer.step(warmup)  # Adam's state exists from here on, as in every step but a run's first
+        counted.append(gpu_step.count_ops(trainer, batch))
+    return dict(fixed=counted[0], per_layer=counted[1] - counted[0])
 
 
 def budget() -> dict:

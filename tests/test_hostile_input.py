@@ -14,47 +14,34 @@ import pytest
 
 from annotated_transformer.decoding import shipped_model_dir
 from annotated_transformer.train import run_lock
-from conftest import cli, command, one_line, snapshot
+from conftest import TINY_TRAIN, cli, command, corpus, done, one_line, snapshot, swapped_vocabulary
 
 
 # ---------------------------------------------------------------- corpora
 
-def corpus(folder: Path, src: str, tgt: str, splits=("train", "val", "test")) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in splits:
-        (folder / f"{split}.de").write_text(src, newline="")
-        (folder / f"{split}.en").write_text(tgt, newline="")
-    return folder
+GOOD = "ein Hund\nzwei Katzen\n"
+CORPUS_ERRORS = {  # (files written over a good corpus, None: removed; the file the one line names; its key word)
+    "empty": ({"train.de": b"", "train.en": b""}, "train.de", "empty"),
+    "counts": ({"train.en": b"a dog\n"}, "train.en", "aligned"),
+    "truncated gzip": ({"train.de": None, "train.de.gz": gzip.compress(GOOD.encode())[:-10]}, "train.de.gz", ""),
+    "no English": ({"train.en": None}, "train.en", "missing"),
+    "not UTF-8": ({"train.de": b"ein \xff Hund\n"}, "train.de", "UTF-8")}
 
 
-def train_on(tmp_path, corpus_dir, *extra):
-    return cli("train", "--corpus-dir", str(corpus_dir), "--out-dir", str(tmp_path / "run"), "--subwords", "0",
-               "--epochs", "1", "--N", "1", "--d-model", "16", "--d-ff", "32", "--h", "2", "--threads", "1", *extra)
+@pytest.mark.parametrize("case", CORPUS_ERRORS)
+def test_corpus_errors_name_the_file_and_exit_2(tmp_path, case):
+    files, named, says = CORPUS_ERRORS[case]
+    folder = corpus(tmp_path / "corpus", GOOD, "a dog\ntwo cats\n")
+    for name, content in files.items():
+        (folder / name).unlink() if content is None else (folder / name).write_bytes(content)
+    one_line(cli("train", "--corpus-dir", str(folder), "--out-dir", str(tmp_path / "run"), "--epochs", "1", *TINY_TRAIN),
+             2, str(folder / named), says)
 
 
-def test_corpus_errors_name_the_file_and_exit_2(tmp_path):
-    good = "ein Hund\nzwei Katzen\n"
-    cases = []
-    c = corpus(tmp_path / "empty", "", "")
-    cases.append((c, [str(c / "train.de"), "empty"]))
-    c = corpus(tmp_path / "counts", good, "a dog\n")
-    cases.append((c, [str(c / "train.en"), "aligned"]))
-    c = corpus(tmp_path / "gz", good, "a dog\ntwo cats\n")
-    (c / "train.de").unlink()
-    (c / "train.de.gz").write_bytes(gzip.compress(good.encode())[:-10])  # truncated
-    cases.append((c, [str(c / "train.de.gz")]))
-    c = corpus(tmp_path / "nolang", good, "a dog\ntwo cats\n")
-    (c / "train.en").unlink()
-    cases.append((c, [str(c / "train.en"), "missing"]))
-    c = corpus(tmp_path / "utf", "x\n", "a dog\n")
-    (c / "train.de").write_bytes(b"ein \xff Hund\n")
-    cases.append((c, [str(c / "train.de"), "UTF-8"]))
-    for folder, says in cases:
-        one_line(train_on(tmp_path, folder), 2, *says)
-    not_a_folder = tmp_path / "afile"
-    not_a_folder.write_text("x")
-    one_line(cli("evaluate", "--split", "val", "--limit", "2", env={"ANNOTATED_TRANSFORMER_DATA": str(not_a_folder)}),
-             2, "ANNOTATED_TRANSFORMER_DATA", str(not_a_folder))
+def test_a_data_folder_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    one_line(cli("evaluate", "--split", "val", "--limit", "2", env={"ANNOTATED_TRANSFORMER_DATA": str(tmp_path / "afile")}),
+             2, "ANNOTATED_TRANSFORMER_DATA", str(tmp_path / "afile"))
 
 
 def test_a_line_separator_inside_sentences_keeps_the_pairs_aligned(tmp_path):
@@ -90,10 +77,9 @@ def test_empty_stdin_gives_no_output():
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_sentence():
-    plain = cli("translate", "--beam-size", "1", stdin="Ein Hund läuft.\nZwei Männer.\n".encode())
-    marked = cli("translate", "--beam-size", "1", stdin="\ufeffEin Hund läuft.\nZwei Männer.\n".encode())
-    assert plain.returncode == marked.returncode == 0, marked.stderr.decode()
-    assert marked.stdout == plain.stdout and len(plain.stdout.splitlines()) == 2
+    plain, marked = (done(cli("translate", "--beam-size", "1", stdin=f"{bom}Ein Hund läuft.\nZwei Männer.\n".encode()))
+                     for bom in ("", "\ufeff"))
+    assert marked == plain and len(plain.splitlines()) == 2
 
 
 def test_a_closed_pipe_ends_quietly():
@@ -106,11 +92,9 @@ def test_a_closed_pipe_ends_quietly():
 
 
 def test_the_largest_accepted_alpha_writes_no_unk():
-    res = cli("translate", "--alpha", "5", "--beam-size", "8",
-              "Zwei Männer spielen Fußball vor einem großen Haus mit vielen Fenstern.", "Ein Hund.")
-    assert res.returncode == 0, res.stderr.decode()
-    out = res.stdout.decode().splitlines()
-    assert len(out) == 2 and all(out) and "<unk>" not in res.stdout.decode(), out
+    out = done(cli("translate", "--alpha", "5", "--beam-size", "8",
+                   "Zwei Männer spielen Fußball vor einem großen Haus mit vielen Fenstern.", "Ein Hund.")).splitlines()
+    assert len(out) == 2 and all(out) and "<unk>" not in "".join(out), out
 
 
 def test_ctrl_c_while_the_command_is_loading_is_one_line_and_130():
@@ -137,20 +121,10 @@ def test_ctrl_c_while_a_command_runs_is_one_line_and_130(capsys):
 
 # ---------------------------------------------------------------- checkpoints
 
-@pytest.fixture
-def model_copy(tmp_path):
-    dst = tmp_path / "model"
-    shutil.copytree(shipped_model_dir(), dst)
-    for p in dst.iterdir():
-        p.chmod(0o644)
-    return dst
-
-
 def test_a_checkpoint_without_manifest_needs_trust(model_copy):
     (model_copy / "manifest.json").unlink()
     one_line(cli("translate", "--checkpoint", str(model_copy), "Ein Hund."), 2, "manifest.json", "--trust")
-    res = cli("translate", "--checkpoint", str(model_copy), "--trust", "--beam-size", "1", "Ein Hund.")
-    assert res.returncode == 0 and res.stdout.decode().strip(), res.stderr.decode()
+    assert done(cli("translate", "--checkpoint", str(model_copy), "--trust", "--beam-size", "1", "Ein Hund.")).strip()
 
 
 @pytest.mark.parametrize("key,value,says", [
@@ -202,12 +176,7 @@ def test_copy_task_does_not_replace_a_translation_checkpoint(model_copy):
 
 def test_averaging_refuses_different_vocabularies(tmp_path):
     from annotated_transformer.checkpoint import load_model, save_model
-    tokenizer = json.loads((shipped_model_dir() / "tokenizer.json").read_text())
-    vocab = tokenizer["model"]["vocab"]
-    a, b = list(vocab)[100:102]
-    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, two tokens swapped: rows 100 and 101 mean other words
-    model = load_model(shipped_model_dir())
-    save_model(model, tmp_path / "other", files={"tokenizer.json": json.dumps(tokenizer, ensure_ascii=False)})
+    save_model(load_model(shipped_model_dir()), tmp_path / "other", files={"tokenizer.json": swapped_vocabulary(shipped_model_dir())})
     one_line(cli("average", "--inputs", str(shipped_model_dir()), str(tmp_path / "other"), "--out", str(tmp_path / "avg")),
              2, "vocabularies")
     assert not (tmp_path / "avg").exists()

@@ -19,7 +19,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from annotated_transformer import cli
 from annotated_transformer.checkpoint import (MANIFEST_FILE, WEIGHTS_FILE, check_manifest, save_model,
                                               writing_folder)
 from annotated_transformer.decoding import Translator, load_ensemble, shipped_model_dir
@@ -27,8 +26,7 @@ from annotated_transformer.evaluation import average_checkpoints
 from annotated_transformer.model import make_model
 from annotated_transformer.train import TrainConfig
 
-from conftest import cli as process, command, one_line, snapshot
-from test_hostile_training import corpus  # the small corpus of the earlier round
+from conftest import cli as process, command, command_exit, corpus, one_line, snapshot, train
 TOKENIZER = (shipped_model_dir() / "tokenizer.json").read_text()
 
 
@@ -41,12 +39,12 @@ def tiny_translator(folder: Path, dtype=None, seed: int = 0) -> Path:
                       extra_config={"src_lang": "de", "tgt_lang": "en"})
 
 
-def reseal(folder: Path) -> None:
-    "Write the manifest anew for the files as they are (what a damaged save would have sealed)."
+def reseal(folder: Path, also=()) -> None:
+    "Write the manifest anew for the files as they are (what a damaged save would have sealed), and for `also`: {name: file}."
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
-    for name in manifest["files"]:
-        manifest["files"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
-        manifest.setdefault("sizes", {})[name] = (folder / name).stat().st_size
+    for name, path in ({name: folder / name for name in manifest["files"]} | dict(also)).items():
+        manifest["files"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        manifest.setdefault("sizes", {})[name] = path.stat().st_size
     (folder / MANIFEST_FILE).write_text(json.dumps(manifest))
 
 
@@ -60,26 +58,21 @@ def poison(folder: Path, name: str, value=float("nan")) -> None:
 
 # ---------------------------------------------------------------- weights that are not finite numbers
 
-@pytest.mark.parametrize("dtype,name", [(torch.float16, "encoder.norm.a_2"),
-                                        (torch.int8, "src_embed.0.lut.weight:scale"),  # an 8-bit row's scale
-                                        (None, "decoder.layers.0.feed_forward.w_1.weight")])
-def test_a_nan_in_the_weights_is_refused_by_every_command(tmp_path, capsys, dtype, name):
+@pytest.mark.parametrize("dtype,name,value", [(torch.float16, "encoder.norm.a_2", float("nan")),
+                                              (torch.int8, "src_embed.0.lut.weight:scale", float("nan")),  # a row's scale
+                                              (None, "decoder.layers.0.feed_forward.w_1.weight", float("nan")),
+                                              (torch.float16, "generator.proj.bias", float("inf"))])
+def test_a_nan_or_an_infinity_in_the_weights_is_refused_by_every_command(tmp_path, capsys, dtype, name, value):
     bad = tiny_translator(tmp_path / "bad", dtype)
-    poison(bad, name)
-    says = (name, "NaN")
+    poison(bad, name, value)
+    says = (name, "NaN" if value != value else "infinite")
     one_line(command(capsys, "translate", "--checkpoint", str(bad), "Ein Hund."), 2, *says)
     one_line(command(capsys, "evaluate", "--checkpoint", str(bad), "--split", "val", "--limit", "2"), 2, *says)
     good = tiny_translator(tmp_path / "good", dtype)
     one_line(command(capsys, "average", "--inputs", str(good), str(bad), "--out", str(tmp_path / "avg")), 2, *says)
     assert not (tmp_path / "avg").exists()
-    with pytest.raises(ValueError, match="NaN"):  # the Python API: the same error, the same message
+    with pytest.raises(ValueError, match=says[1]):  # the Python API: the same error
         Translator.from_checkpoint(bad, "cpu")
-
-
-def test_an_infinity_is_refused_too(tmp_path, capsys):
-    bad = tiny_translator(tmp_path / "bad", torch.float16)
-    poison(bad, "generator.proj.bias", float("inf"))
-    one_line(command(capsys, "translate", "--checkpoint", str(bad), "x"), 2, "generator.proj.bias", "infinite")
 
 
 def test_a_model_that_is_not_finite_is_not_saved(tmp_path):
@@ -114,14 +107,10 @@ def test_an_empty_path_is_refused_at_parse_time_and_nothing_is_written(tmp_path,
                  ["train", "--data-dir", ""], ["translate", "--checkpoint", "", "x"], ["evaluate", "--checkpoint", ""],
                  ["evaluate", "--data-dir", ""], ["average", "--inputs", str(ckpt), "--out", ""],
                  ["average", "--run-dir", "", "--out", "avg"], ["average", "--inputs", "", "--out", "avg"]):
-        with pytest.raises(SystemExit) as stop:
-            cli.main(args)
-        assert stop.value.code == 2, args
-        assert "empty" in capsys.readouterr().err, args
+        status, _, err = command_exit(capsys, *args)
+        assert status == 2 and "empty" in err, args
     # "none" is a folder's name, not "not given": it must exist like any other
-    with pytest.raises(SystemExit):
-        cli.main(["train", "--corpus-dir", "none", "--epochs", "1"])
-    assert "none" in capsys.readouterr().err
+    assert "none" in command_exit(capsys, "train", "--corpus-dir", "none", "--epochs", "1")[2]
     assert snapshot(tmp_path) == before
 
 
@@ -171,11 +160,7 @@ def test_a_manifest_names_files_of_its_folder_only(tmp_path, capsys, outside):
     ckpt = tiny_translator(tmp_path / "ckpt")
     target = tmp_path / "x"
     target.write_text("not part of the checkpoint")
-    name = str(target) if outside == "ABSOLUTE" else outside
-    manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
-    manifest["files"][name] = hashlib.sha256(target.read_bytes()).hexdigest()
-    manifest.setdefault("sizes", {})[name] = target.stat().st_size
-    (ckpt / MANIFEST_FILE).write_text(json.dumps(manifest))
+    reseal(ckpt, {str(target) if outside == "ABSOLUTE" else outside: target})
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
 
 
@@ -232,16 +217,8 @@ def test_a_missing_or_wrong_distributed_variable_is_one_line(tmp_path, capsys, m
 
 # ---------------------------------------------------------------- moved runs and changed data
 
-def train(capsys, out: Path, data: Path, *extra):
-    return command(capsys, "train", "--corpus-dir", str(data), "--out-dir", str(out), "--subwords", "0", "--min-freq", "1",
-                   "--N", "1", "--d-model", "16", "--d-ff", "32", "--h", "2", "--max-tokens", "200", "--warmup", "5",
-                   "--val-bleu-sentences", "2", "--device", "cpu", "--threads", "1", *extra)
-
-
-def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TQDM_DISABLE", "1")
-    data = corpus(tmp_path / "corpus")
-    assert train(capsys, tmp_path / "run", data, "--epochs", "1")[0] == 0
+def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, capsys, trained_copy, quiet):
+    data, _ = trained_copy  # one epoch trained in tmp_path / "run"
     moved = tmp_path / "elsewhere" / "run"
     shutil.move(tmp_path / "run", moved)  # copied or moved: the folder is the run, wherever it is
     status, out, err = train(capsys, moved, data, "--epochs", "2")
@@ -261,8 +238,7 @@ def test_rdrop_without_dropout_is_refused(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_nan_from_rdrop_names_rdrop(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TQDM_DISABLE", "1")
+def test_a_nan_from_rdrop_names_rdrop(tmp_path, capsys, quiet):
     status, _, err = train(capsys, tmp_path / "run", corpus(tmp_path / "corpus"), "--rdrop", "1e300", "--epochs", "1")
     assert status == 1, err[-2000:]
     line = err.strip().splitlines()[-1]
@@ -272,10 +248,9 @@ def test_a_nan_from_rdrop_names_rdrop(tmp_path, capsys, monkeypatch):
 # ---------------------------------------------------------------- destinations, dtypes, killed writers
 
 def test_destinations_are_checked_before_the_work(tmp_path, capsys):
-    (tmp_path / "a_file").write_text("x")
-    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt"), "--epochs", "1"), 2, "not a folder")
+    (tmp_path / "a_file").write_text("x")  # (copy-task: the next test)
     ckpt = tiny_translator(tmp_path / "ckpt")
-    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "a_file" / "avg")), 2, "not a folder")
+    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "a_file" / "avg")), 2, "folder")
     if os.geteuid() != 0:  # (root may write anywhere)
         (tmp_path / "read_only").mkdir(mode=0o555)
         one_line(command(capsys, "copy-task", "--out", str(tmp_path / "read_only" / "ckpt"), "--epochs", "1"), 2, "read_only")
@@ -285,7 +260,7 @@ def test_copy_task_checks_its_destination_before_training(tmp_path, capsys, monk
     import annotated_transformer.cli as commands
     monkeypatch.setattr(commands, "train_copy_task", lambda *a, **k: pytest.fail("trained before checking --out"))
     (tmp_path / "a_file").write_text("x")
-    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "not a folder")
+    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "folder")
     translation = tiny_translator(tmp_path / "translation")
     one_line(command(capsys, "copy-task", "--out", str(translation)), 2, "translation")
 
@@ -351,10 +326,7 @@ def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
     ckpt = tiny_translator(tmp_path / "ckpt")
     one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "loop" / "avg")), 2, "symbolic links")
     one_line(command(capsys, "train", "--out-dir", str(tmp_path / "loop"), "--epochs", "1"), 2, "symbolic links")
-    with pytest.raises(SystemExit):
-        cli.main(["translate", "--checkpoint", str(tmp_path / "loop"), "x"])
-    assert "symbolic links" in capsys.readouterr().err
-
+    assert "symbolic links" in command_exit(capsys, "translate", "--checkpoint", str(tmp_path / "loop"), "x")[2]
 
 
 @pytest.mark.parametrize("args", [["translate", "--input", "", "Hallo."], ["translate", "--output", "", "Hallo."],
@@ -362,6 +334,4 @@ def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
                                   ["evaluate", "--json", ""]], ids=["input", "output", "src", "ref", "json"])
 def test_an_empty_file_option_is_refused_when_read(args, capsys):
     "An empty --input, --output, --src, --ref or --json is a user's mistake (an unset variable), not 'not given'."
-    with pytest.raises(SystemExit) as stop:
-        cli.main(args)
-    assert stop.value.code == 2 and "empty" in capsys.readouterr().err
+    one_line(command_exit(capsys, *args), 2, "empty")

@@ -10,18 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import command, one_line, snapshot
-from test_hostile_round3 import train
-from test_hostile_training import corpus
+from conftest import command, corpus, one_line, snapshot, train
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import experiment  # noqa: E402  (tools/experiment.py)
-
-
-@pytest.fixture
-def quiet(monkeypatch):
-    monkeypatch.setenv("TQDM_DISABLE", "1")
 
 
 # ---------------------------------------------------------------- a run is one run

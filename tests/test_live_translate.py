@@ -4,7 +4,6 @@ float32, the same attention weights as `capture_attention`; the page fetches no 
 Translate, keeps them for the next visit, and answers bad input with a message. A missing Chromium or site build is a
 failure, never a skip."""
 import json
-import shutil
 
 import pytest
 import torch
@@ -198,10 +197,8 @@ def test_bad_input_gets_a_message_in_the_page(site_url, browser):
     page.close()
 
 
-def test_docs_build_refuses_a_model_that_does_not_match_its_manifest(tmp_path, monkeypatch):
-    build_docs = script("tools/build_docs.py")
-    model = tmp_path / "model"
-    shutil.copytree(shipped_model_dir(), model)
+def test_docs_build_refuses_a_model_that_does_not_match_its_manifest(tmp_path, monkeypatch, model_copy):
+    build_docs, model = script("tools/build_docs.py"), model_copy
     monkeypatch.setattr(build_docs, "LIVE_MODEL", model)
     build_docs.live_translator(tmp_path / "ok")  # the shipped files pass
     assert json.loads((tmp_path / "ok" / "live" / "model" / "manifest.json").read_text()) == json.loads((model / "manifest.json").read_text())

@@ -1,11 +1,12 @@
 """Structure of the notebooks: every one can run in Colab, installing the package, with exactly the
 optional extras it needs, from the one repository URL declared in pyproject.toml."""
+import ast
 import json
 import re
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, imports_of
+
 NOTEBOOKS = sorted((ROOT / "nbs").glob("*.ipynb"))
 
 
@@ -70,23 +71,17 @@ TOOLKIT_WORDS = ("scaled_dot_product_attention", "autocast", "autograd.Function"
 
 def test_teaching_chapters_are_plain():
     "The teaching modules import only torch, a few standard modules and each other, and use no toolkit machinery."
-    import ast
     for name in TEACHING:
         text = (ROOT / "annotated_transformer" / f"{name}.py").read_text()
-        tree = ast.parse(text)
-        absolute = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        absolute |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
-        assert absolute <= PLAIN_IMPORTS, f"{name} imports {sorted(absolute - PLAIN_IMPORTS)}"
-        relative = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
-        assert relative <= set(TEACHING), f"{name} imports {sorted(relative - set(TEACHING))} (not a teaching chapter)"
+        ours, outside = imports_of(ast.parse(text))
+        assert outside <= PLAIN_IMPORTS, f"{name} imports {sorted(outside - PLAIN_IMPORTS)}"
+        assert ours <= set(TEACHING), f"{name} imports {sorted(ours - set(TEACHING))} (not a teaching chapter)"
         for word in TOOLKIT_WORDS:
             assert word not in text, f"{name}.py uses {word!r}: that belongs in the toolkit chapter"
 
 
 def test_data_does_not_import_training():
-    import ast
-    tree = ast.parse((ROOT / "annotated_transformer" / "data.py").read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
+    imported = imports_of(ast.parse((ROOT / "annotated_transformer" / "data.py").read_text()))[0]
     assert "training" not in imported and "fast" not in imported, imported
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import conftest
+from conftest import ROOT, done, notebook, script
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "the_annotated_transformer.py"
 # runs a script with every import of the package refused, so a script that leans on the package fails
 RUN_ALONE = """
@@ -24,22 +23,12 @@ sys.meta_path.insert(0, Refuse())
 sys.argv = sys.argv[1:]  # the script sees its own arguments
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-tool = conftest.script("tools/paper_script.py")
+tool = script("tools/paper_script.py")
 
 
 def run_alone(script: Path, cwd: Path, timeout: int, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", RUN_ALONE, str(script), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
-
-
-def notebook(path: Path, *cells: tuple) -> Path:
-    "Write a notebook of (kind, source) or (kind, source, outputs) cells."
-    def cell(kind, source, outputs=()):
-        if kind == "markdown":
-            return {"cell_type": "markdown", "metadata": {}, "source": source}
-        return {"cell_type": "code", "metadata": {}, "execution_count": None, "source": source, "outputs": list(outputs)}
-    path.write_text(json.dumps({"cells": [cell(*c) for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    return path
 
 
 def test_the_script_is_what_the_notebooks_give():
@@ -72,8 +61,7 @@ def test_the_script_imports_only_torch_fastcore_and_the_standard_library():
 
 
 def test_the_script_runs_top_to_bottom_on_a_cpu(tmp_path):
-    done = run_alone(SCRIPT, tmp_path, 900, "--quick")  # the long trainings are nbdev-test's `slow` cells, left out too
-    assert done.returncode == 0, done.stderr[-4000:]
+    done(run_alone(SCRIPT, tmp_path, 900, "--quick"))  # the long trainings are nbdev-test's `slow` cells, left out too
 
 
 def test_what_goes_in_and_what_stays_out(tmp_path):
@@ -109,10 +97,9 @@ def test_what_goes_in_and_what_stays_out(tmp_path):
     text = tool.render([first, second])
     script = tmp_path / "script.py"
     script.write_text(text)
-    done = run_alone(script, tmp_path, 120, "--quick")
-    assert done.returncode == 0, done.stderr
+    printed = done(run_alone(script, tmp_path, 120, "--quick"))
     assert run_alone(script, tmp_path, 120).returncode == 4  # without --quick, the slow cell runs too
-    assert done.stdout == "42\n4\n"  # the shown expression is printed, the exercise's blank and solution are left out
+    assert printed == "42\n4\n"  # the shown expression is printed, the exercise's blank and solution are left out
     assert "# A [link](https://" in text and "02_second.html) to a page." in text
     assert "# ## Next" in text and "Exercises" not in text and "NotImplementedError" not in text
     assert "A chart of it" not in text and "chart" not in text.split("# %%", 1)[1]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, done, notebook, script
 
 read_tables = script("benchmarks/train_step.py").read_tables  # the benchmark's reader of the tables it writes
+make_readme = script("tools/make_readme.py")
 
 README = (ROOT / "README.md").read_text()
 # the site pages the README sends readers to for commands; their examples are tested like the README's own
@@ -91,12 +92,22 @@ def test_one_copy_task_time_everywhere():
 
 def test_version():
     from annotated_transformer import __version__
-    res = subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "--version"], capture_output=True, text=True)
-    assert res.returncode == 0 and __version__ in res.stdout
+    assert __version__ in done(subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "--version"],
+                                              capture_output=True, text=True))
 
 
-def test_translate_after_a_plain_install_from_any_folder(tmp_path):
-    """pip install . (not editable) into a fresh environment; translate and evaluate find the shipped model there.
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    "The package as `pip wheel .` builds it: the file that `pip install .` installs."
+    folder = tmp_path_factory.mktemp("wheel")
+    done(subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(folder),
+                         str(ROOT)], capture_output=True, text=True, timeout=600))
+    (found,) = folder.glob("*.whl")
+    return found
+
+
+def test_translate_after_a_plain_install_from_any_folder(tmp_path, wheel):
+    """pip install . (not editable; its wheel) into a fresh environment; translate and evaluate find the shipped model there.
     torch & co. come from the environment that runs the tests, whether that is the system's Python or the venv the
     README creates: a .pth file lists its package folders after the new environment's own, so the copy installed
     here is the one imported (`system_site_packages=True` would see the base interpreter's packages, not a venv's)."""
@@ -108,45 +119,33 @@ def test_translate_after_a_plain_install_from_any_folder(tmp_path):
     (site_packages / "running_environment.pth").write_text("".join(f"{p}\n" for p in running if Path(p).is_dir()))
     python = env_dir / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}  # no checkout
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                              "--target", str(site_packages), str(ROOT)], capture_output=True, text=True, timeout=600)
-    assert install.returncode == 0, install.stderr[-3000:]
-    where = subprocess.run([python, "-c", "import annotated_transformer as a, torch; print(a.__file__)"], cwd=tmp_path,
-                           capture_output=True, text=True, env=env)
-    assert where.returncode == 0 and str(env_dir) in where.stdout, where.stdout + where.stderr  # the installed copy
-    res = subprocess.run([python, "-m", "annotated_transformer.cli", "translate", "--beam-size", "1",
-                          "Ein Hund rennt durch den Schnee."], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=env)
-    assert res.returncode == 0 and "dog" in res.stdout.lower(), res.stdout + res.stderr[-2000:]
-    res = subprocess.run([python, "-m", "annotated_transformer.cli", "evaluate", "--limit", "20", "--beam-size", "1"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**env, "TQDM_DISABLE": "1"})
-    assert res.returncode == 0 and "BLEU" in res.stdout, res.stdout + res.stderr[-2000:]
+    done(subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site_packages),
+                         str(wheel)], capture_output=True, text=True, timeout=600))
+    installed = lambda *args: done(subprocess.run([python, *args], cwd=tmp_path, capture_output=True, text=True,
+                                                  timeout=300, env={**env, "TQDM_DISABLE": "1"}))
+    assert str(env_dir) in installed("-c", "import annotated_transformer as a, torch; print(a.__file__)")  # that copy
+    assert "dog" in installed("-m", "annotated_transformer.cli", "translate", "--beam-size", "1",
+                              "Ein Hund rennt durch den Schnee.").lower()
+    assert "BLEU" in installed("-m", "annotated_transformer.cli", "evaluate", "--limit", "20", "--beam-size", "1")
 
 
 # --- the README is generated from nbs/index.ipynb, and is a front page
 
-def make_readme():
-    return script("tools/make_readme.py")
-
-
 def test_readme_is_generated_from_index():
-    assert README == make_readme().render(), "README.md is not what nbs/index.ipynb gives: run python tools/make_readme.py"
+    assert README == make_readme.render(), "README.md is not what nbs/index.ipynb gives: run python tools/make_readme.py"
 
 
 def test_make_readme_rules(tmp_path):
     "Markdown as is; code with its text output; echo: false shows only its output; hidden and exported cells never."
-    def cell(kind, source, outputs=()):
-        return {"cell_type": kind, "metadata": {}, "source": source, **({"outputs": list(outputs)} if kind == "code" else {})}
     markdown_out = {"output_type": "execute_result", "data": {"text/markdown": "| a |\n| --- |\n| 1 |", "text/plain": "<Markdown>"}}
-    cells = [cell("markdown", "# Title\n\nSee [the model](03_model.ipynb), [tests](33_contributing.md#run) and <https://x.org>."),
-             cell("code", "#| hide\nsecret = 1"), cell("code", "#| export\nimport torch"),
-             cell("code", "1 + 1", [{"output_type": "execute_result", "data": {"text/plain": "2"}}]),
-             cell("code", "#| echo: false\nMarkdown(table)", [markdown_out]),
-             cell("markdown", 'A figure: <svg viewBox="0 0 1 1"><a href="x.html"><text>t</text></a></svg>')]
-    nb = tmp_path / "index.ipynb"
-    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    out = make_readme().render(nb)
-    site = make_readme().site_url()
+    out = make_readme.render(notebook(
+        tmp_path / "index.ipynb",
+        ("markdown", "# Title\n\nSee [the model](03_model.ipynb), [tests](33_contributing.md#run) and <https://x.org>."),
+        ("code", "#| hide\nsecret = 1"), ("code", "#| export\nimport torch"),
+        ("code", "1 + 1", [{"output_type": "execute_result", "data": {"text/plain": "2"}}]),
+        ("code", "#| echo: false\nMarkdown(table)", [markdown_out]),
+        ("markdown", 'A figure: <svg viewBox="0 0 1 1"><a href="x.html"><text>t</text></a></svg>')))
+    site = make_readme.site_url()
     assert f"[the model]({site}03_model.html)" in out and f"[tests]({site}33_contributing.html#run)" in out
     assert "<https://x.org>" in out
     assert "secret" not in out and "import torch" not in out
@@ -274,7 +273,7 @@ def test_decode_benchmark_writes_json(tmp_path, multi30k):
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--checkpoint",
                           str(ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"), "--limit", "4",
                           "--batch-sizes", "4", "--json", str(out)], capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
+    done(res)
     data = json.loads(out.read_text())
     assert data["sentences"] == 4 and len(data["rows"]) == 3 and data["identical_greedy"] is not None
     assert data["parameters"] > 0 and "threads" in data["device"]
@@ -295,12 +294,9 @@ def test_the_recipe_commands_are_the_recipe():
         assert re.search(rf"--{option} \S+\s+(?:(?!\n  --).)*?\(default: {value}\)", help_text, re.S), option
 
 
-def test_a_wheel_ships_one_model_and_no_experiment_record(tmp_path):
+def test_a_wheel_ships_one_model_and_no_experiment_record(wheel):
     "The package a user installs holds the one trained model's folder, the bundled test set, and no experiment record."
     import zipfile
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-                    str(ROOT)], check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("*.whl")
     data = [n for n in zipfile.ZipFile(wheel).namelist() if not n.endswith(".py") and ".dist-info/" not in n]
     assert {n.rsplit("/", 1)[0] for n in data} == {"annotated_transformer/pretrained/multi30k-de-en",
                                                     "annotated_transformer/datasets/multi30k"}, data

@@ -3,13 +3,12 @@ nbs/31_experiments.ipynb ("Experiments on the recipe"). Every experiment file ha
 page, and every figure the renderer shows is the figure its record holds."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from annotated_transformer.experiments import read_record, runs_table, single_epoch_spread, spread_between_runs
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "experiments"
 PAGE = ROOT / "nbs" / "31_experiments.ipynb"
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.json"))
@@ -33,13 +32,18 @@ def test_every_experiment_file_has_a_section_that_reads_its_record():
     assert read <= set(EXPERIMENTS), sorted(read - set(EXPERIMENTS))
 
 
+def rows(name: str, **options) -> tuple[dict, object, list]:
+    "(record, its runs table, [(run, the run's row)]) of one experiment's record."
+    record = read_record(name, RESULTS)
+    table = runs_table(record, **options)
+    seeds = "seed" in table.index.names
+    return record, table, [(run, table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]])
+                           for run in record["runs"]]
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_a_runs_table_cell_is_the_record_figure_of_its_run_and_candidate(name):
-    record = read_record(name, RESULTS)
-    table = runs_table(record)
-    seeds = "seed" in table.index.names
-    for run in record["runs"]:
-        row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
+    for run, row in rows(name)[2]:
         for candidate, by_split in run["candidates"].items():
             column = ("val greedy, best epoch" if candidate.startswith("best epoch")
                       else f"val greedy, last {candidate.split()[4]} averaged")
@@ -90,13 +94,10 @@ def all_runs():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_a_runs_table_says_where_each_run_stopped_and_why(name):
-    record = read_record(name, RESULTS)
-    table = runs_table(record)
-    seeds = "seed" in table.index.names
+    record, table, runs = rows(name)
     stopped = {(run["name"], run["seed"]) for run in record["runs"] if run.get("stopped_after_budget")}
     assert ("ended" in table.columns) == bool(stopped)  # shown only where a budget stopped a run
-    for run in record["runs"]:
-        row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
+    for run, row in runs:
         epochs = [r["epoch"] for r in run["history"]]
         assert row["epochs"] == epochs[-1], run["name"]  # the last epoch, not the number of epochs the record holds
         if (run["name"], run["seed"]) in stopped:  # the records say which runs a budget stopped
@@ -114,12 +115,8 @@ def test_the_budget_stopped_runs_are_the_ones_the_old_records_stopped():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_a_runs_table_names_the_epoch_of_each_number(name):
-    record = read_record(name, RESULTS)
     at_epochs = [3, 8, 14]
-    table = runs_table(record, at_epochs=at_epochs)
-    seeds = "seed" in table.index.names
-    for run in record["runs"]:
-        row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
+    for run, row in rows(name, at_epochs=at_epochs)[2]:
         val_bleu = {r["epoch"]: r["val_bleu"] for r in run["history"]}
         for epoch in at_epochs:
             assert row[f"epoch {epoch}: val greedy"] == val_bleu.get(epoch, "–"), (run["name"], epoch)
@@ -134,15 +131,12 @@ def test_a_runs_table_names_the_epoch_of_each_number(name):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_a_runs_table_shows_precision_and_machine_where_runs_differ(name):
-    record = read_record(name, RESULTS)
-    table = runs_table(record)
-    seeds = "seed" in table.index.names
+    record, table, runs = rows(name)
     precisions = {run["settings"]["precision"] for run in record["runs"]}
     machines = {run.get("hardware", record["hardware"]) for run in record["runs"]}
     assert ("precision" in table.columns) == (len(precisions) > 1)
     assert ("machine" in table.columns) == (len(machines) > 1)
-    for run in record["runs"]:
-        row = table.loc[(run["name"], run["seed"])] if seeds else table.loc[run["name"]]
+    for run, row in runs:
         if "precision" in table.columns:
             assert row["precision"] == run["settings"]["precision"]
         if "machine" in table.columns:

@@ -4,14 +4,12 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from annotated_transformer.decoding import shipped_model_dir
-from conftest import one_line, run_as_user
+from conftest import done, one_line, run_as_user
 
 LINES = "ein hund läuft.\n\nzwei männer.\n"
 UPPER = LINES.upper()
@@ -29,16 +27,13 @@ def source(tmp_path):
 
 
 def test_a_pipe_is_read_once(stand_in, source, tmp_path):
-    res = subprocess.run(["bash", "-c", f"{shlex.join(stand_in)} translate --input <(cat in.de) --output out.en"],
-                         cwd=tmp_path, capture_output=True, timeout=120, env={**os.environ, "TQDM_DISABLE": "1"})
-    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    done(run(["bash", "-c", f"{shlex.join(stand_in)} translate --input <(cat in.de) --output out.en"], cwd=tmp_path))
     assert (tmp_path / "out.en").read_text() == UPPER
 
 
 @pytest.mark.parametrize("name", ["-", "/dev/stdin"])
 def test_stdin_by_any_name_is_read_once(stand_in, tmp_path, name):
-    res = run(stand_in, "translate", "--input", name, cwd=tmp_path, stdin=LINES.encode())
-    assert res.returncode == 0 and res.stdout.decode() == UPPER, res.stderr.decode()[-2000:]
+    assert done(run(stand_in, "translate", "--input", name, cwd=tmp_path, stdin=LINES.encode())) == UPPER
 
 
 def test_a_named_pipe_is_read_like_a_stream(stand_in, tmp_path):
@@ -46,8 +41,7 @@ def test_a_named_pipe_is_read_like_a_stream(stand_in, tmp_path):
     os.mkfifo(fifo)
     writer = threading.Thread(target=fifo.write_text, args=(LINES,), daemon=True)
     writer.start()
-    res = run(stand_in, "translate", "--input", str(fifo), cwd=tmp_path, timeout=60)
-    assert res.returncode == 0 and res.stdout.decode() == UPPER, res.stderr.decode()[-2000:]
+    assert done(run(stand_in, "translate", "--input", str(fifo), cwd=tmp_path, timeout=60)) == UPPER
 
 
 @pytest.mark.parametrize("link", [False, True], ids=["/dev/stdout", "a link to it"])
@@ -56,8 +50,7 @@ def test_stdout_by_another_name_is_written_as_it_is(stand_in, source, tmp_path, 
     if link:
         (tmp_path / "out.en").symlink_to("/proc/self/fd/1")
         out = "out.en"
-    res = run(stand_in, "translate", "--input", str(source), "--output", out, cwd=tmp_path)
-    assert res.returncode == 0 and res.stdout.decode() == UPPER, res.stderr.decode()[-2000:]
+    assert done(run(stand_in, "translate", "--input", str(source), "--output", out, cwd=tmp_path)) == UPPER
     assert Path("/dev/stdout").is_symlink() and (not link or (tmp_path / "out.en").is_symlink())
 
 
@@ -90,8 +83,7 @@ def test_an_output_that_is_an_input_by_another_name_is_refused(stand_in, source,
 
 def test_an_input_named_like_a_temporary_file_is_kept(stand_in, source, tmp_path):
     shutil.copy(source, tmp_path / "g.partial")
-    res = run(stand_in, "translate", "--input", "g.partial", "--output", "g", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    done(run(stand_in, "translate", "--input", "g.partial", "--output", "g", cwd=tmp_path))
     assert (tmp_path / "g.partial").read_text() == LINES and (tmp_path / "g").read_text() == UPPER
 
 
@@ -105,13 +97,11 @@ def test_a_stopped_translation_leaves_the_output_as_it_was(stand_in, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.de", "out.en", "stand_in.py"]
 
 
-def test_evaluate_refuses_to_write_its_json_onto_an_input(tmp_path):
+def test_evaluate_refuses_to_write_its_json_onto_an_input(tmp_path, model_copy):
     from annotated_transformer import cli
-    src, ref = tmp_path / "s.de", tmp_path / "r.en"
+    src, ref, ckpt = tmp_path / "s.de", tmp_path / "r.en", model_copy
     src.write_text("Ein Hund.\n")
     ref.write_text("A dog.\n")
-    ckpt = tmp_path / "ckpt"
-    shutil.copytree(shipped_model_dir(), ckpt)
     config = (ckpt / "config.json").read_text()
     for args in (["--json", str(src)], ["--json", str(ckpt / "config.json"), "--checkpoint", str(ckpt)]):
         assert cli.main(["evaluate", "--src", str(src), "--ref", str(ref), "--beam-size", "1", *args]) == 2, args

@@ -15,6 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import done
+
 WORKER = Path(__file__).with_name("train_worker.py")
 CORPUS = None  # the slice of Multi30k the workers train on, written once by the `corpus` fixture
 
@@ -47,8 +49,7 @@ def weights(folder):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, multi30k):
     out = tmp_path_factory.mktemp("full")
-    res = run(out, "full")
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    done(run(out, "full"))
     return weights(out)
 
 
@@ -60,18 +61,15 @@ def test_sigterm_mid_epoch_then_resume_gives_the_uninterrupted_weights(tmp_path,
     stopped = run(tmp_path, "sigterm@50")
     assert stopped.returncode == 3, stopped.stdout[-2000:] + stopped.stderr[-2000:]
     assert "step 50" in stopped.stdout
-    resumed = run(tmp_path, "full")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resuming" in resumed.stdout and "50 batches" in resumed.stdout
+    resumed = done(run(tmp_path, "full"))
+    assert "resuming" in resumed and "50 batches" in resumed
     assert same(weights(tmp_path), uninterrupted)
 
 
 def test_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one(tmp_path, uninterrupted):
     killed = run(tmp_path, "kill-in-save@2")  # the save of last/ after epoch 2
     assert killed.returncode < 0, killed.stdout[-2000:]  # died by a signal
-    resumed = run(tmp_path, "full")
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "taking over" in resumed.stdout  # the dead run's name was still beside the lock
+    assert "taking over" in done(run(tmp_path, "full"))  # the dead run's name was still beside the lock
     assert same(weights(tmp_path), uninterrupted)
     assert not list(tmp_path.glob(".last.*")), list(tmp_path.glob(".last.*"))  # the killed save's folder is gone
 
@@ -111,13 +109,10 @@ def test_signals_during_the_save_end_in_the_save_and_130(tmp_path, multi30k):
 
 def test_max_steps_in_the_middle_of_an_epoch_resumes_inside_it(tmp_path, multi30k):
     import json
-    partial = run(tmp_path / "a", "steps@12")
-    assert partial.returncode == 0, partial.stdout[-2000:] + partial.stderr[-2000:]
+    done(run(tmp_path / "a", "steps@12"))
     record = json.loads((tmp_path / "a" / "history.jsonl").read_text().splitlines()[-1])
     assert record["partial"] and record["batches_done"] == 12 and record["epoch"] == 1, record
     assert not (tmp_path / "a" / "epoch_001").exists()  # an epoch folder means a finished epoch
-    resumed = run(tmp_path / "a", "steps@70")  # more steps than epoch 1 holds: ends inside epoch 2
-    assert "12 batches" in resumed.stdout, resumed.stdout[-2000:]
-    straight = run(tmp_path / "b", "steps@70")
-    assert resumed.returncode == straight.returncode == 0
+    assert "12 batches" in done(run(tmp_path / "a", "steps@70"))  # more steps than epoch 1 holds: ends inside epoch 2
+    done(run(tmp_path / "b", "steps@70"))
     assert same(weights(tmp_path / "a"), weights(tmp_path / "b"))

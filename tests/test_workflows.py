@@ -1,11 +1,11 @@
 """The GitHub Actions workflow parses and runs the same commands as .ci/run (the one place CI is defined here),
 and publishes the site that tools/check.sh builds."""
 import re
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 
 
 def workflow():

@@ -23,11 +23,11 @@ from annotated_transformer.checkpoint import RunLockedError
 from annotated_transformer.train import TrainConfig, TrainingStopped, train
 
 CORPUS = os.environ["TRAIN_WORKER_CORPUS"]
-CONFIG = dict(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.1), corpus_dir=CORPUS, subwords=1000,
-              max_tokens=1200, epochs=2, warmup=20, min_freq=2, seed=0, val_bleu_sentences=20)
-CLI_ARGS = ["--N", "1", "--d-model", "32", "--d-ff", "64", "--h", "2", "--dropout", "0.1", "--corpus-dir", CORPUS,
-            "--subwords", "1000", "--max-tokens", "1200", "--epochs", "2", "--warmup", "20", "--min-freq", "2",
-            "--seed", "0", "--val-bleu-sentences", "20"]
+SETTINGS = dict(N=1, d_model=32, d_ff=64, h=2, dropout=0.1, corpus_dir=CORPUS, subwords=1000, max_tokens=1200, epochs=2,
+                warmup=20, min_freq=2, seed=0, val_bleu_sentences=20)
+MODEL = ("N", "d_model", "d_ff", "h", "dropout")  # the settings of ModelConfig; the others are TrainConfig's
+CONFIG = dict(model=ModelConfig(**{k: SETTINGS[k] for k in MODEL}), **{k: v for k, v in SETTINGS.items() if k not in MODEL})
+CLI_ARGS = [arg for k, v in SETTINGS.items() for arg in (f"--{k.replace('_', '-')}", str(v))]  # the same, as options
 
 
 def at_step(n, action):
