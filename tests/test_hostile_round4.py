@@ -5,23 +5,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import command, corpus, one_line, snapshot, train
+from conftest import command, corpus, one_line, script, snapshot, train
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import experiment  # noqa: E402  (tools/experiment.py)
+experiment = script("tools/experiment.py")
 
 
 # ---------------------------------------------------------------- a run is one run
 
-def test_a_run_without_last_is_not_trained_on(tmp_path, capsys, quiet):
-    data, run = corpus(tmp_path / "corpus"), tmp_path / "run"
-    assert train(capsys, run, data, "--epochs", "1")[0] == 0
+def test_a_run_without_last_is_not_trained_on(trained_copy, capsys, quiet):
+    data, run = trained_copy
     shutil.rmtree(run / "last")  # a finished run whose last/ was deleted: its history and best/ are still there
     (run / ".lock.holder").write_text("pid 1 on \x1b[31mred")  # a dead run's name, with an escape code
     before = snapshot(run)
@@ -32,9 +28,8 @@ def test_a_run_without_last_is_not_trained_on(tmp_path, capsys, quiet):
         {k: v for k, v in before.items() if k != ".lock.holder"}  # one epoch in its history, its best/ as it was
 
 
-def test_a_run_folder_starts_over_only_when_asked(tmp_path, capsys, quiet):
-    data, run = corpus(tmp_path / "corpus"), tmp_path / "run"
-    assert train(capsys, run, data, "--epochs", "1")[0] == 0
+def test_a_run_folder_starts_over_only_when_asked(trained_copy, capsys, quiet):
+    data, run = trained_copy
     for path in run.iterdir():  # as a run killed before its first epoch was saved leaves it
         if path.name not in ("train_config.json", "data.json") and not path.name.startswith("."):  # (the lock stays)
             shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -72,10 +67,9 @@ def test_a_resume_keeps_its_start(tmp_path, capsys, quiet):
     assert status == 0 and "resuming" in out, err[-2000:]
 
 
-def test_an_out_dir_in_a_checkpoint_is_refused_before_anything(tmp_path, capsys, quiet):
-    data = corpus(tmp_path / "corpus")
-    assert train(capsys, tmp_path / "base", data, "--epochs", "1")[0] == 0
-    best = tmp_path / "base" / "best"
+def test_an_out_dir_in_a_checkpoint_is_refused_before_anything(trained_copy, capsys, quiet):
+    data, run = trained_copy
+    best = run / "best"
     before = snapshot(best)
     for out in (best, best / "inside"):
         one_line(train(capsys, out, data, "--epochs", "1"), 2, "checkpoint")
