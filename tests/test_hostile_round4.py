@@ -37,6 +37,8 @@ def test_a_run_folder_starts_over_only_when_asked(trained_copy, capsys, quiet):
     assert {"train_config.json", "data.json"} <= set(before)
     one_line(train(capsys, run, data, "--epochs", "1", "--smoothing", "0.2"), 2, "train_config.json", "--start-over")
     assert snapshot(run) == before
+    one_line(train(capsys, run, data, "--start-over", "--max-len", "3"), 2, "--max-len")  # refused after the old run moved
+    assert snapshot(run) == before
     assert train(capsys, run, data, "--epochs", "2", "--smoothing", "0.2", "--start-over")[0] == 0
     history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in history] == [1, 2]
