@@ -11,6 +11,7 @@ __all__ = ['text_lines', 'byte_lines', 'check_output', 'writing']
 import gzip
 import os
 import sys
+import zlib
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def byte_lines(path: str | None):  # --input: a file or a pipe; None or '-': std
             for line in f:
                 bar.update(raw.tell() - bar.n if size else len(line))
                 yield line
-        except (EOFError, gzip.BadGzipFile) as e:  # a truncated or damaged .gz
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated .gz, or one damaged in its header or data
             raise InputError(f"--input {path}: cannot read it ({e})") from None
 
 # %% ../nbs/19_streams.ipynb #5531d59c

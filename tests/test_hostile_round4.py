@@ -210,3 +210,14 @@ def test_a_run_folder_nobody_may_write_is_refused_before_any_work(tmp_path, caps
     one_line(train(capsys, read_only / "run", data, "--epochs", "1"), 2, str(read_only))
     one_line(command(capsys, "copy-task", "--out", str(read_only / "copy"), "--epochs", "1"), 2, str(read_only))
     assert snapshot(read_only) == {"kept.txt": b"kept\n"}
+
+
+def test_a_damaged_gz_input_is_one_line(tmp_path, stand_in):
+    import gzip
+    data = bytearray(gzip.compress(("Ein Hund läuft durch den Schnee.\n" * 200).encode()))
+    data[len(data) // 2] ^= 0xFF  # a byte in the middle of the compressed data
+    (tmp_path / "in.de.gz").write_bytes(bytes(data))
+    res = subprocess.run([*stand_in, "translate", "--input", str(tmp_path / "in.de.gz"), "--output",
+                          str(tmp_path / "out.txt")], capture_output=True, text=True)
+    one_line(res, 2, "in.de.gz")
+    assert not (tmp_path / "out.txt").exists()
