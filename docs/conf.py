@@ -27,6 +27,7 @@ mathjax_path = "mathjax/startup.js"
 mathjax3_config = {"loader": {"load": ["input/tex", "output/chtml", "a11y/assistive-mml"]}}
 
 html_theme = "sphinx_book_theme"
+templates_path = [str(ROOT / "docs" / "_templates")]  # layout.html: the theme's page, less a print-only copy of its contents
 html_title = "The Annotated Transformer, tested"
 html_static_path = ["_static"]
 html_favicon = "_static/favicon.svg"  # a lower-triangular grid: the causal mask

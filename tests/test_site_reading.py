@@ -37,6 +37,8 @@ def opened(browser, screen, name=None, site_url=None, **options):
 
 def typeset(page):
     "Wait until MathJax has typeset every display equation of the page (it works after the load event)."
+    if not page.locator("article div.math").count():
+        return  # a page without equations loads no MathJax
     page.wait_for_function("""() => window.MathJax && MathJax.startup && MathJax.startup.promise
         && [...document.querySelectorAll('article div.math')].every(b => b.querySelector('mjx-container'))""", timeout=30000)
     page.evaluate("() => MathJax.startup.promise")
