@@ -317,3 +317,12 @@ def wait_for_charts(page, name: str, timeout_ms: int = 30000) -> None:
         except Exception:
             pytest.fail(f"{name}: chart #{chart_id} never drew within {timeout_ms / 1000:.0f} s", pytrace=False)
     assert page.locator(".vega-embed").count() == len(ids), f"{name}: {len(ids)} charts expected"
+
+
+def typeset(page) -> None:
+    "Wait until MathJax has typeset every equation of the page, which it does after the load event (none: no wait)."
+    if not page.locator("article .math").count():
+        return  # a page without equations loads no MathJax
+    page.wait_for_function("""() => window.MathJax && MathJax.startup && MathJax.startup.promise
+        && [...document.querySelectorAll('article .math')].every(m => m.querySelector('mjx-container'))""", timeout=30000)
+    page.evaluate("() => MathJax.startup.promise")

@@ -10,7 +10,7 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-from conftest import ROOT, SITE, expected_charts, pages, script, wait_for_charts
+from conftest import ROOT, SITE, expected_charts, pages, script, typeset, wait_for_charts
 
 
 # Bytes a page may load with an empty cache (sum of the response bodies). Vega is loaded only with charts and MathJax
@@ -57,9 +57,7 @@ def test_every_page_loads_cleanly_offline_light_and_fits_a_phone(site_url, brows
         page.on("requestfinished", lambda r: done.append(r))
         page.goto(site_url + name)  # until the load event: the waits below, then the network's quiet, see the rest
         wait_for_charts(page, name)  # every chart of the notebook drew something
-        if 'class="math' in (SITE / name).read_text():  # MathJax loads its parts and fonts as it typesets
-            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise && "
-                                   "document.querySelector('mjx-container')", timeout=30000)
+        typeset(page)  # MathJax loads its parts and fonts as it typesets
         page.wait_for_load_state("networkidle")
         assert page.locator("link[rel='icon']").count() >= 1, f"{name}: no favicon"
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")

@@ -1,6 +1,7 @@
 """Hostile input, round four: runs that must not mix, destinations checked before the first step, the runner's files
 checked with the command's own checks, and smaller cases (one file as two inputs, a full disk, a huge --epochs, escape
 codes from a file). Most cases call the command's `main` in this process; models are tiny."""
+import gzip
 import json
 import os
 import shutil
@@ -213,7 +214,6 @@ def test_a_run_folder_nobody_may_write_is_refused_before_any_work(tmp_path, caps
 
 
 def test_a_damaged_gz_input_is_one_line(tmp_path, stand_in):
-    import gzip
     data = bytearray(gzip.compress(("Ein Hund läuft durch den Schnee.\n" * 200).encode()))
     data[len(data) // 2] ^= 0xFF  # a byte in the middle of the compressed data
     (tmp_path / "in.de.gz").write_bytes(bytes(data))

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT, SITE, pages, script, wait_for_charts
+from conftest import ROOT, SITE, pages, script, typeset, wait_for_charts
 
 LAPTOP = {"viewport": {"width": 1280, "height": 800}}
 WIDE_LAPTOP = {"viewport": {"width": 1366, "height": 768}}
@@ -33,15 +33,6 @@ def opened(browser, screen, name=None, site_url=None, **options):
         yield page
     finally:
         context.close()
-
-
-def typeset(page):
-    "Wait until MathJax has typeset every display equation of the page (it works after the load event)."
-    if not page.locator("article div.math").count():
-        return  # a page without equations loads no MathJax
-    page.wait_for_function("""() => window.MathJax && MathJax.startup && MathJax.startup.promise
-        && [...document.querySelectorAll('article div.math')].every(b => b.querySelector('mjx-container'))""", timeout=30000)
-    page.evaluate("() => MathJax.startup.promise")
 
 
 def visible(page, selector):
