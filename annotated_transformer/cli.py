@@ -45,7 +45,7 @@ from .evaluation import AVERAGE_DTYPES, average_checkpoints, evaluate_translator
 from .options import (
     InputError, check_values, checked, checkpoint_folder, config_from_args, dataclass_arguments, device_name,
     exit_status, file_path, folder, in_range, new_path, one_line, one_of)
-from .streams import byte_lines, check_output, text_lines, writing
+from .files import byte_lines, check_output, text_lines, writing
 from .train import TrainConfig, TrainingStopped, train
 from .training import greedy_decode
 

@@ -30,7 +30,7 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 from .batches import Batch
-from .checkpoint import atomic_write, read_json, sha256_of
+from .files import atomic_write, read_json, sha256_of
 
 # %% ../nbs/20_data.ipynb #c643310b
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"

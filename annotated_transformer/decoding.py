@@ -22,7 +22,8 @@ from dataclasses import replace
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
-from .checkpoint import check_path, load_model, read_config, vocabulary_fingerprint
+from .checkpoint import load_model, read_config, vocabulary_fingerprint
+from .files import check_path
 from .data import BOS, EOS, PAD, UNK, Vocab
 from .subwords import SubwordVocab, load_vocabularies, text_codec
 from .attention import MultiHeadedAttention, attention

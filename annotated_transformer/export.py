@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, check_manifest, check_path, load_model,
-                                              read_config, writing_folder)
+from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, check_manifest, load_model, read_config,
+                                              writing_folder)
+from .files import check_path
 from .data import BOS, EOS, PAD, SPECIALS
 from .decoding import ENGINES, Decodable, Translator
 from .model import EncoderDecoder, ModelConfig

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import atomic_write, load_model, read_config, save_model, sha256_of
+from .checkpoint import load_model, read_config, save_model
+from .files import atomic_write, sha256_of
 from .data import load_multi30k
 from .decoding import Translator, load_ensemble, shipped_model_dir
 from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints, vocabulary_files

@@ -11,7 +11,7 @@ __all__ = ['TOKENIZER_FILE', 'WORD_VOCAB_FILES', 'SubwordVocab', 'readable_piece
 # %% ../nbs/21_subwords.ipynb #0f36b951
 from pathlib import Path
 
-from .checkpoint import atomic_write
+from .files import atomic_write
 from .data import (BOS, EOS, SPECIALS, UNK, Tokenizer, Vocab, check_language, detokenize,
                                         kept_ids, load_multi30k, load_parallel)
 

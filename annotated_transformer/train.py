@@ -28,10 +28,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, RUN_CHECKPOINTS, VOCABULARY_FILES, atomic_write,
-                                             check_path, load_checkpoint,
-                                             load_weights, make_folder, read_config, read_json, recover_folders,
-                                             resolved, run_lock, save_checkpoint, save_model)
+from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, RUN_CHECKPOINTS, VOCABULARY_FILES,
+                                              check_run_folder, load_checkpoint, load_weights, read_config,
+                                              recover_folders, save_checkpoint, save_model)
+from .files import atomic_write, check_path, make_folder, read_json, resolved, run_lock
 from .checkpoint import model_config as saved_model_config  # (train's `model_config` is the run's)
 from .distributed import DistInfo, global_token_norm, setup_distributed, stop_on_signals
 from .data import PAD, TokenBucketSampler, batches
@@ -593,7 +593,7 @@ def train(cfg: TrainConfig,  # the run's settings
     "Train a translation model as configured (from `init_from`'s weights if given); resume from out_dir/last if there."
     info = setup_distributed(device)
     out, talk = Path(cfg.out_dir), progress and info.is_main
-    with run_lock(out, info.is_main), stop_on_signals(info) as stop:
+    with run_lock(check_run_folder(out), info.is_main), stop_on_signals(info) as stop:
         with _old_run_aside(out, start_over) if info.is_main else nullcontext():  # back if the new run is refused
             run, state, position = _set_up(cfg, info, out, talk, data, allow_changed_data)
         history, best, first = [], position["best"], position["epoch"] + 1

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.checkpoint import atomic_write
+from annotated_transformer.files import atomic_write
 from annotated_transformer.decoding import Translator, shipped_model_dir
 from annotated_transformer.evaluation import bleu, test_set
 from annotated_transformer.export import export_model

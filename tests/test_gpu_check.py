@@ -122,7 +122,7 @@ def test_a_stopped_check_logs_the_step_in_flight(tmp_path, signal, status):
 
 
 def test_the_gpu_tables_in_the_docs_are_lines_of_the_check_log():
-    "results_gpu_train_step.txt (the table docs/15_gpu.md shows) holds only lines of the check's log, in the log's order."
+    "results_gpu_train_step.txt (the table docs/17_gpu.md shows) holds only lines of the check's log, in the log's order."
     log = iter((ROOT / "benchmarks" / "results_gpu.txt").read_text().splitlines())
     table = [line for line in (ROOT / "benchmarks" / "results_gpu_train_step.txt").read_text().splitlines() if line]
     assert any(line.startswith("| fast |") for line in table)
@@ -130,8 +130,8 @@ def test_the_gpu_tables_in_the_docs_are_lines_of_the_check_log():
 
 
 def measured_rows() -> dict[str, list[str]]:
-    "The rows of docs/15_gpu.md's table of measured figures: {what was measured: [result, machine, log]}."
-    page = (ROOT / "docs" / "15_gpu.md").read_text()
+    "The rows of docs/17_gpu.md's table of measured figures: {what was measured: [result, machine, log]}."
+    page = (ROOT / "docs" / "17_gpu.md").read_text()
     table = page.split("| what was measured |")[1].split("\n\n")[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
     return {row[0]: row[1:] for row in rows}
@@ -194,7 +194,7 @@ def expected_figures() -> dict[str, tuple[list[float], str, str]]:
 
 
 def test_the_measured_figures_on_gpus_are_those_of_their_logs():
-    "Every row of docs/15_gpu.md's table of measured figures: its numbers, machine and log, read from the files it links."
+    "Every row of docs/17_gpu.md's table of measured figures: its numbers, machine and log, read from the files it links."
     rows, expected = measured_rows(), expected_figures()
     assert set(rows) == set(expected)
     for what, (figures, machine, log) in expected.items():

@@ -148,7 +148,7 @@ def test_the_mfu_on_the_gpu_page_is_that_of_the_h100_log():
     pairs = [int(n) for n in re.findall(r"^base model .*?, (\d+) sentence pairs per batch$", text, re.M)]
     tok_s = [float(v) for v in re.findall(r"^\| fast \| ([\d.]+) \|", text, re.M)]
     assert pairs == [128, 1024] and len(tok_s) == 2
-    page = (ROOT / "docs" / "15_gpu.md").read_text()
+    page = (ROOT / "docs" / "17_gpu.md").read_text()
     for n, rate in zip(pairs, tok_s):
         mfu = rate * train_step.flops_per_target_token("base", n, 10) / 989e12  # the benchmark's 10 rounds
         assert f"{100 * mfu:.1f} % MFU" in page, (n, mfu)

@@ -155,7 +155,7 @@ def test_the_record_destination_and_the_runs_are_checked_first(tmp_path, capsys,
 
 @pytest.mark.parametrize("error, status", [(KeyboardInterrupt(), 130), ("locked", 1)])
 def test_ctrl_c_and_a_second_runner_are_one_line(tmp_path, capsys, monkeypatch, error, status):
-    from annotated_transformer.checkpoint import RunLockedError
+    from annotated_transformer.files import RunLockedError
     error = RunLockedError("runs/recipe is in use by another training run") if error == "locked" else error
     path = tmp_path / "e.json"
     path.write_text(json.dumps({"recipe": TINY, "runs": {"a": {}}}))

@@ -19,7 +19,7 @@ make_readme = script("tools/make_readme.py")
 
 README = (ROOT / "README.md").read_text()
 # the site pages the README sends readers to for commands; their examples are tested like the README's own
-PAGES = ["28_usage", "16_distributed", "15_gpu", "17_benchmarks", "33_contributing"]
+PAGES = ["28_usage", "16_distributed", "17_gpu", "19_benchmarks", "33_contributing"]
 PAGE_FILES = [ROOT / "docs" / f"{page}.md" if (ROOT / "docs" / f"{page}.md").exists() else ROOT / "nbs" / f"{page}.ipynb"
               for page in PAGES]  # a page of docs/, or a notebook
 
@@ -43,7 +43,7 @@ SKIP = {
 }
 # text a reader sees in these files speaks about the project, not about how it was made
 USER_TEXT = [ROOT / "README.md", *PAGE_FILES,
-             *(ROOT / "nbs" / f"{nb}.ipynb" for nb in ("index", "14_copy_task", "20_data", "21_subwords", "23_evaluation",
+             *(ROOT / "nbs" / f"{nb}.ipynb" for nb in ("index", "15_copy_task", "20_data", "21_subwords", "23_evaluation",
                                                        "26_pretrained", "31_experiments", "30_cli"))]
 HISTORY = re.compile(r"old model|old recipe|previous (shipped )?model|goal set|no GPU was|was lent|this session|"
                      r"development machine|not measured yet", re.I)
@@ -85,7 +85,7 @@ def test_one_copy_task_time_everywhere():
     from annotated_transformer.cli import build_parser
     flat = lambda text: " ".join(text.split())
     assert COPY_TASK_TIME in flat(README)
-    assert COPY_TASK_TIME in flat((ROOT / "nbs" / "14_copy_task.ipynb").read_text().replace('\\n",\n    "', " "))
+    assert COPY_TASK_TIME in flat((ROOT / "nbs" / "15_copy_task.ipynb").read_text().replace('\\n",\n    "', " "))
     assert COPY_TASK_TIME in flat(build_parser().format_help())
     assert not re.search(r"copy.task[^\n]*(a minute|~\d+ ?s\b)", README), "another copy-task time in the README"
 
@@ -224,7 +224,7 @@ def test_text_speaks_about_the_project_only(path):
 # --- the benchmark page renders the benchmarks' own output files
 
 def test_benchmark_page_includes_result_files():
-    page = (ROOT / "docs" / "17_benchmarks.md").read_text()
+    page = (ROOT / "docs" / "19_benchmarks.md").read_text()
     included = re.findall(r"```\{include\} (\S+)", page)
     assert {"benchmarks/results_train_step.txt", "benchmarks/results_decode.txt"} <= set(included), included
     assert all((ROOT / f).is_file() for f in included), included
@@ -233,7 +233,7 @@ def test_benchmark_page_includes_result_files():
 
 
 def test_the_benchmark_page_says_what_the_recheck_measured():
-    "docs/17_benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
+    "docs/19_benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
     first, recheck = (read_tables((ROOT / "benchmarks" / name).read_text())
                       for name in ("results_train_step.txt", "results_train_step_recheck.txt"))
     assert set(first) == set(recheck) == {"small", "base"}
@@ -247,7 +247,7 @@ def test_the_benchmark_page_says_what_the_recheck_measured():
 
 
 def test_the_benchmark_page_says_what_the_rdrop_run_measured():
-    "docs/17_benchmarks.md's words on results_train_step_rdrop.txt, against that file and the first one."
+    "docs/19_benchmarks.md's words on results_train_step_rdrop.txt, against that file and the first one."
     first, rdrop = (read_tables((ROOT / "benchmarks" / name).read_text())
                     for name in ("results_train_step.txt", "results_train_step_rdrop.txt"))
     assert set(rdrop) == {"small"} and set(rdrop["small"]) == {"fast", "explicit", "torch", "fast+rdrop"}

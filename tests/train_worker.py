@@ -19,7 +19,7 @@ from pathlib import Path
 
 from annotated_transformer import checkpoint, training
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.checkpoint import RunLockedError
+from annotated_transformer.files import RunLockedError
 from annotated_transformer.train import TrainConfig, TrainingStopped, train
 
 CORPUS = os.environ["TRAIN_WORKER_CORPUS"]

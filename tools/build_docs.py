@@ -35,7 +35,7 @@ MATHJAX_PARTS = ["startup.js", "core.js", "input/tex.js", "output/chtml.js", "ou
                  "output/chtml/fonts/woff-v2", "input/tex/extensions", "a11y/assistive-mml.js"]
 DIRECTIVE = re.compile(r"^\s*#\|.*$")
 # The site's navigation comes from the pages' numbers: every page of nbs/ and docs/ starts with one (01_attention,
-# 15_gpu), the pages sort by it, and its tens digit is its part. A page's number is thus its place in the menu and, for
+# 17_gpu), the pages sort by it, and its tens digit is its part. A page's number is thus its place in the menu and, for
 # a notebook, in the imports: a module imports only modules of lower numbers (tests/test_docs_site.py checks it).
 REFERENCE = ("api",)  # reference pages, not read in order: no number, at the end of the menu
 PART_CAPTIONS = {0: "Part 1: The paper", 1: "Part 2: Running it for real", 2: "Part 3: A translation system",
@@ -111,7 +111,7 @@ def site_pages(root: Path = ROOT) -> dict[str, Path]:
 
 
 def page_number(name: str) -> int | None:
-    "The number a page's name starts with (`15_gpu` -> 15), or None."
+    "The number a page's name starts with (`17_gpu` -> 17), or None."
     m = re.match(r"(\d+)_", name)
     return int(m[1]) if m else None
 
@@ -282,12 +282,14 @@ def nbdev_link_targets(site: Path) -> None:
 
 # The pages' addresses before the book was numbered in reading order: each old address sends its reader on.
 MOVED = {"09_viz": "06_viz", "15_exercises": "07_exercises", "06_fast": "10_fast", "06a_devices": "11_devices",
-         "06b_loop": "12_loop", "07_checkpoint": "13_checkpoint", "08_copy_task": "14_copy_task", "10_data": "20_data",
+         "06b_loop": "12_loop", "07_checkpoint": "14_checkpoint", "08_copy_task": "15_copy_task", "10_data": "20_data",
          "10a_subwords": "21_subwords", "11_decoding": "22_decoding", "12_evaluation": "23_evaluation",
          "13_train": "24_train", "13b_recipe": "25_recipe", "14_pretrained": "26_pretrained",
          "13a_own_pair": "27_own_pair", "90_cli": "30_cli", "14a_experiments": "31_experiments",
-         "paper_map": "08_paper_map", "gpu": "15_gpu", "distributed": "16_distributed", "benchmarks": "17_benchmarks",
-         "usage": "28_usage", "what-can-go-wrong": "32_what-can-go-wrong", "contributing": "33_contributing"}
+         "paper_map": "08_paper_map", "gpu": "17_gpu", "distributed": "16_distributed", "benchmarks": "19_benchmarks",
+         "usage": "28_usage", "what-can-go-wrong": "32_what-can-go-wrong", "contributing": "33_contributing",
+         "13_checkpoint": "14_checkpoint", "14_copy_task": "15_copy_task", "15_gpu": "17_gpu",
+         "17_benchmarks": "19_benchmarks", "19_streams": "13_files", "streams": "13_files"}
 
 
 def moved_pages(site: Path) -> None:

@@ -8,7 +8,7 @@ What goes into the README, cell by cell:
 * `#| hide`, `#| export` and `#| default_exp` cells not at all.
 
 Two things GitHub cannot show are adapted: relative links to pages of the site (`01_attention.ipynb`,
-`17_benchmarks.md`, `x.html#anchor`) become links to the published site (`[project.urls] Documentation` in
+`19_benchmarks.md`, `x.html#anchor`) become links to the published site (`[project.urls] Documentation` in
 pyproject.toml), an inline SVG figure becomes an image of docs/architecture.svg, and the in-browser translation box
 (which needs the site's scripts) becomes a link to the site.
 
