@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, check_destination, check_manifest,
-                                              check_stored_weights, load_weights, model_config, read_config,
-                                              save_model, vocabulary_fingerprint, weights_to_save)
+from .checkpoint import (CONFIG_FILE, WEIGHTS_FILE, check_destination, check_stored_weights,
+                                              load_weights, model_config, read_config, save_model,
+                                              vocabulary_fingerprint, weights_to_save)
+from .files import check_manifest
 from .files import check_path, resolved
 from .data import CorpusError, Tokenizer, _aligned, check_language, load_multi30k, load_parallel, read_lines
 from .decoding import Translator

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, check_manifest, load_model, read_config,
-                                              writing_folder)
+from .checkpoint import CONFIG_FILE, VOCABULARY_FILES, load_model, read_config, writing_folder
+from .files import check_manifest
 from .files import check_path
 from .data import BOS, EOS, PAD, SPECIALS
 from .decoding import ENGINES, Decodable, Translator

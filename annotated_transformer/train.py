@@ -28,10 +28,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .batches import Batch
-from .checkpoint import (CONFIG_FILE, MANIFEST_FILE, RUN_CHECKPOINTS, VOCABULARY_FILES,
-                                              check_run_folder, load_checkpoint, load_weights, read_config,
-                                              recover_folders, save_checkpoint, save_model)
-from .files import atomic_write, check_path, make_folder, read_json, resolved, run_lock
+from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, check_run_folder, load_checkpoint,
+                                              load_weights, read_config, save_checkpoint, save_model)
+from .files import (MANIFEST_FILE, RUN_CHECKPOINTS, atomic_write, check_path, make_folder,
+                                         read_json, recover_folders, resolved, run_lock)
 from .checkpoint import model_config as saved_model_config  # (train's `model_config` is the run's)
 from .distributed import DistInfo, global_token_norm, setup_distributed, stop_on_signals
 from .data import PAD, TokenBucketSampler, batches

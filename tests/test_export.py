@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from annotated_transformer.checkpoint import check_manifest
+from annotated_transformer.files import check_manifest
 from annotated_transformer.decoding import Translator, shipped_model_dir
 from conftest import command, command_exit, one_line
 

@@ -183,7 +183,7 @@ def test_averaging_refuses_different_vocabularies(tmp_path):
 
 
 def test_two_averages_into_one_folder_both_leave_a_whole_checkpoint(tmp_path):
-    from annotated_transformer.checkpoint import check_manifest
+    from annotated_transformer.files import check_manifest
     out = tmp_path / "avg"
     args = [sys.executable, "-m", "annotated_transformer.cli", "average", "--inputs", str(shipped_model_dir()),
             str(shipped_model_dir()), "--out", str(out)]

@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from annotated_transformer.checkpoint import (MANIFEST_FILE, WEIGHTS_FILE, check_manifest, save_model,
-                                              writing_folder)
+from annotated_transformer.checkpoint import WEIGHTS_FILE, save_model, writing_folder
+from annotated_transformer.files import MANIFEST_FILE, check_manifest
 from annotated_transformer.decoding import Translator, load_ensemble, shipped_model_dir
 from annotated_transformer.evaluation import average_checkpoints
 from annotated_transformer.model import make_model

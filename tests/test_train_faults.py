@@ -99,7 +99,7 @@ def test_sighup_saves_like_sigterm(tmp_path, multi30k):
 
 
 def test_signals_during_the_save_end_in_the_save_and_130(tmp_path, multi30k):
-    from annotated_transformer.checkpoint import check_manifest
+    from annotated_transformer.files import check_manifest
     res = run(tmp_path, "cli-signals-in-save@6")
     assert res.returncode == 130, (res.returncode, res.stdout[-2000:], res.stderr[-3000:])
     assert res.stderr.count("being saved") == 4, res.stderr[-3000:]  # each signal during the save is answered
