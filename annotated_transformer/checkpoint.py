@@ -12,12 +12,9 @@ __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_
            'save_checkpoint', 'load_checkpoint']
 
 # %% ../nbs/14_checkpoint.ipynb #0c5e3719
-import errno
 import hashlib
 import json
 import math
-import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +25,7 @@ from torch import nn
 
 from .devices import int8_rows
 from .files import MANIFEST_FILE, MANIFEST_LIMIT, RUN_LOCK, atomic_write, check_manifest, check_path
+from .files import check_writable
 from .files import held_here, make_folder, read_json, recover, resolved, run_of, seal, sha256_of
 from .files import write_json, writer_lock
 from .loop import restore_trainer, trainer_state
@@ -117,13 +115,7 @@ def check_destination(path: str | Path,
                          "choose a new folder")
     if vocabularies is not None:
         _refuse_other_kind(path, vocabularies)
-    existing = next(p for p in path.parents if p.exists())  # the missing folders on the way are made in it
-    if not existing.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder: nothing can be written under it", str(existing))
-    try:  # a read-only file system, a folder without write permission: found now, not after the work
-        os.rmdir(tempfile.mkdtemp(prefix=".write-test.", dir=existing))
-    except OSError as e:
-        raise OSError(e.errno, f"{e.strerror}: cannot write there", str(existing)) from None
+    check_writable(path.parent)  # the folder is swapped in beside its old self
     return path
 
 def check_run_folder(out: str | Path) -> Path:

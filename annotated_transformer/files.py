@@ -6,7 +6,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/files.html.m
 
 # %% auto #0
 __all__ = ['MANIFEST_FILE', 'MANIFEST_LIMIT', 'RUN_LOCK', 'RUN_HOLDER', 'RUN_CHECKPOINTS', 'check_path', 'resolved',
-           'make_folder', 'read_json', 'write_json', 'sha256_of', 'atomic_write', 'remove_path', 'seal',
+           'make_folder', 'read_json', 'write_json', 'sha256_of', 'atomic_write', 'check_writable', 'seal',
            'check_manifest', 'held_here', 'run_of', 'RunLockedError', 'run_lock', 'writer_lock', 'recover',
            'recover_folders', 'InputError', 'text_lines', 'byte_lines', 'check_output', 'writing']
 
@@ -99,11 +99,21 @@ def atomic_write(path: str | Path,  # the file or folder to write as a whole
             os.replace(path, old)
         os.replace(tmp, path)
     except BaseException:
-        remove_path(tmp)
+        _remove(tmp)
         raise
-    remove_path(old)
+    _remove(old)
 
-def remove_path(path: Path) -> None:
+def check_writable(path: Path) -> None:
+    "Refuse, before any work, a `path` under which nothing can be written, naming the nearest folder that exists."
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder: nothing can be written under it", str(existing))
+    try:  # a read-only file system, a folder without write permission: found now, not after the work
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test.", dir=existing))
+    except OSError as e:
+        raise OSError(e.errno, f"{e.strerror}: cannot write there", str(existing)) from None
+
+def _remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -203,9 +213,7 @@ def run_lock(out: Path,  # the run folder
         yield
         return
     out, created = resolved(out), not Path(out).exists()  # a run refused in a folder it made takes the folder away
-    existing = next(p for p in (out, *out.parents) if p.exists())
-    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):  # found now, not as a lock that fails
-        raise PermissionError(errno.EACCES, "cannot write there", str(existing))
+    check_writable(out)  # found now, not as a lock that fails
     make_folder(out)
     lock = FileLock(out / RUN_LOCK, timeout=0)
     try:
@@ -247,7 +255,7 @@ def recover(path: Path) -> str | None:
                 os.replace(p, path)
                 said = f"recovered {path} from {p.name}, left complete by an interrupted save"
                 continue
-        remove_path(p)
+        _remove(p)
     return said
 
 def recover_folders(folder: str | Path) -> list[str]:
@@ -330,6 +338,6 @@ def writing(path: Path | None):  # None: stdout
             with atomic_write(os.path.realpath(path)) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
                 yield f
     except OSError as e:  # a full disk or device: name the file, as an error of opening it would
-        if path is None or e.filename is not None:
+        if path is None or e.filename is not None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         raise OSError(e.errno, e.strerror, str(path)) from None
