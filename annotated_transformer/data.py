@@ -8,7 +8,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md
 __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'MULTI30K_FRENCH_SHA256', 'SPLITS', 'SPECIALS', 'BOS', 'EOS', 'PAD', 'UNK',
            'default_cache_dir', 'DataError', 'CorpusError', 'download', 'bundled_dir', 'multi30k_file',
            'ensure_multi30k', 'spacy_languages', 'check_language', 'read_lines', 'load_multi30k', 'load_parallel',
-           'Tokenizer', 'detokenize', 'kept_ids', 'Vocab', 'encode_pair', 'TokenBucketSampler', 'collate', 'batches',
+           'Tokenizer', 'detokenize', 'kept_ids', 'Vocab', 'TokenBucketSampler', 'collate', 'batches',
            'padding_fraction']
 
 # %% ../nbs/20_data.ipynb #90133ba4
@@ -19,7 +19,7 @@ import json
 import math
 import os
 import random
-import re
+import shutil
 import urllib.request
 from collections import Counter
 from importlib.resources import files
@@ -51,9 +51,10 @@ SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr", "test2016"
 
 def default_cache_dir() -> Path:
     "$ANNOTATED_TRANSFORMER_DATA, else $XDG_CACHE_HOME (or ~/.cache)/annotated_transformer/multi30k."
-    if os.environ.get("ANNOTATED_TRANSFORMER_DATA"):
-        return _data_folder(Path(os.environ["ANNOTATED_TRANSFORMER_DATA"]).expanduser(), "ANNOTATED_TRANSFORMER_DATA")
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "annotated_transformer" / "multi30k"
+    if env := os.environ.get("ANNOTATED_TRANSFORMER_DATA"):
+        return _data_folder(Path(env).expanduser(), "ANNOTATED_TRANSFORMER_DATA")
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser()
+    return cache / "annotated_transformer" / "multi30k"
 
 # %% ../nbs/20_data.ipynb #39242348
 class DataError(RuntimeError):
@@ -72,12 +73,7 @@ def _manual_instructions(name: str, folder: Path) -> str:
     return (f"Download it by hand from {MULTI30K_URL.format(name=name)} and put it in {folder} "
             f"(or pass data_dir= / set ANNOTATED_TRANSFORMER_DATA to a folder holding the Multi30k files).")
 
-def _published_sha256(name: str) -> str:
-    "The checksum of a Multi30k file, German-English or French; a `ValueError` for a name that is neither."
-    known = {**MULTI30K_SHA256, **MULTI30K_FRENCH_SHA256}
-    if name not in known:
-        raise ValueError(f"unknown Multi30k file {name!r}; expected one of {sorted(known)}")
-    return known[name]
+_SHA256 = {**MULTI30K_SHA256, **MULTI30K_FRENCH_SHA256}  # every file `multi30k_file` knows
 
 # %% ../nbs/20_data.ipynb #590e44d1
 def download(name: str,  # file name, e.g. 'train.de.gz'
@@ -85,16 +81,15 @@ def download(name: str,  # file name, e.g. 'train.de.gz'
              progress: bool = True,  # show a progress bar
              ) -> Path:
     "Download one Multi30k file into `folder` through a temporary file, verifying its checksum before it is renamed."
-    url, off = MULTI30K_URL.format(name=name), {} if progress else {"disable": True}  # TQDM_DISABLE=1 still can
+    off = {} if progress else {"disable": True}  # not disable=False, so that TQDM_DISABLE=1 still can
     try:
         with atomic_write(folder / name) as tmp:  # a failed download leaves nothing behind
-            with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-                total = int(resp.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=name, leave=False, **off) as bar:
-                    for block in iter(lambda: resp.read(1 << 16), b""):
-                        bar.update(out.write(block))
-            if sha256_of(tmp) != _published_sha256(name):
-                raise DataError(f"downloaded {name} has SHA-256 {sha256_of(tmp)}, expected {_published_sha256(name)}; "
+            with open(tmp, "wb") as out, urllib.request.urlopen(MULTI30K_URL.format(name=name), timeout=60) as resp:
+                size = int(resp.headers.get("Content-Length") or 0) or None
+                with tqdm.wrapattr(out, "write", total=size, desc=name, leave=False, **off) as counted:
+                    shutil.copyfileobj(resp, counted)
+            if (digest := sha256_of(tmp)) != _SHA256[name]:
+                raise DataError(f"downloaded {name} has SHA-256 {digest}, expected {_SHA256[name]}; "
                                 "the bad file was removed. " + _manual_instructions(name, folder))
     except OSError as e:
         raise DataError(f"could not download {name} ({e}). " + _manual_instructions(name, folder)) from None
@@ -111,31 +106,28 @@ def multi30k_file(name: str,  # e.g. 'val.en.gz'
                   progress: bool = True,  # progress bar while downloading
                   ) -> Path:
     "Path of a verified Multi30k file: from `data_dir`, else the cache, else the package's copy, else a download."
-    expected = _published_sha256(name)  # German-English, or French
+    if name not in _SHA256:
+        raise ValueError(f"unknown Multi30k file {name!r}; expected one of {sorted(_SHA256)}")
+    expected = _SHA256[name]
     if data_dir is not None:
-        path = _data_folder(Path(data_dir), "data_dir") / name
+        path, fix = _data_folder(Path(data_dir), "data_dir") / name, _manual_instructions(name, Path(data_dir))
         if not path.is_file():
+            group = MULTI30K_SHA256 if name in MULTI30K_SHA256 else MULTI30K_FRENCH_SHA256
             raise CorpusError(f"missing data file {path}: data_dir must hold the Multi30k task-1 files "
-                            f"{sorted(MULTI30K_SHA256 if name in MULTI30K_SHA256 else MULTI30K_FRENCH_SHA256)}. " + _manual_instructions(name, Path(data_dir)))
-        digest = sha256_of(path)
-        if digest != expected:
-            raise CorpusError(f"{path} has SHA-256 {digest}, expected {expected}: the file is corrupt "
-                            "or not the published one (it was left in place because it is yours). "
-                            + _manual_instructions(name, Path(data_dir)))
+                              f"{sorted(group)}. " + fix)
+        if (digest := sha256_of(path)) != expected:
+            raise CorpusError(f"{path} has SHA-256 {digest}, expected {expected}: the file is corrupt or not the "
+                              "published one (it was left in place because it is yours). " + fix)
         return path
     folder = _data_folder(Path(cache_dir), "cache_dir") if cache_dir is not None else default_cache_dir()
-    path = folder / name
+    path, bundled = folder / name, bundled_dir() / name
     if path.is_file():
-        digest = sha256_of(path)
-        if digest == expected:
+        if (digest := sha256_of(path)) == expected:
             return path
         path.unlink()
         raise DataError(f"cached {path} had SHA-256 {digest}, expected {expected}; the bad file "
                         "was removed, run again to download it anew. " + _manual_instructions(name, folder))
-    bundled = bundled_dir() / name
-    if bundled.is_file() and sha256_of(bundled) == expected:
-        return bundled
-    return download(name, folder, progress)
+    return bundled if bundled.is_file() and sha256_of(bundled) == expected else download(name, folder, progress)
 
 def ensure_multi30k(data_dir: str | Path | None = None,  # as for `multi30k_file`
                     progress: bool = True,  # progress bars while downloading
@@ -145,14 +137,15 @@ def ensure_multi30k(data_dir: str | Path | None = None,  # as for `multi30k_file
 
 # %% ../nbs/20_data.ipynb #10adfa07
 def spacy_languages() -> tuple[str, ...]:
-    "The codes of the languages spaCy has tokenizer rules for (a package each in `spacy.lang`), found without importing spaCy."
+    "The codes of the languages spaCy has tokenizer rules for (a package each in `spacy.lang`); spaCy is not imported."
     spec = importlib.util.find_spec("spacy")
     if spec is None:
-        raise ModuleNotFoundError("spaCy is not installed; it tokenizes the languages: pip install 'annotated-transformer[mt]'")
+        raise ModuleNotFoundError("spaCy is not installed; it tokenizes the languages: "
+                                  "pip install 'annotated-transformer[mt]'")
     folder = Path(spec.submodule_search_locations[0]) / "lang"
     return tuple(sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file()))
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spacy_blank(code: str):
     "spaCy's rule-based pipeline for `code` (`spacy.blank`), built once per process."
     import spacy
@@ -161,17 +154,18 @@ def _spacy_blank(code: str):
 def check_language(code: str,  # a language code, such as 'de'
                    what: str = "language",  # what the code is, for the message: 'src_lang', 'tgt_lang', ...
                    ) -> str:  # `code` itself
-    "`code` if spaCy has tokenizer rules for it and they build here; else a `ValueError` of one line that lists the codes."
+    "`code` if spaCy has tokenizer rules for it and they build here; else a one-line `ValueError` listing the codes."
     known = spacy_languages()
     if not isinstance(code, str) or code not in known:
-        base = re.split(r"[-_]", code)[0].lower() if isinstance(code, str) else ""  # en_US, EN -> en
+        base = code.replace("_", "-").split("-")[0].lower() if isinstance(code, str) else ""  # en_US, EN -> en
         hint = f" (did you mean {base}?)" if base in known else ""
         raise ValueError(f"{what} {code!r} is not a language code spaCy has a tokenizer for{hint}: use one of "
                          f"{', '.join(known)} (xx: any other language)")
     try:
         _spacy_blank(code)
     except ImportError as e:  # e.g. Japanese: spaCy's tokenizer for it needs a library of its own
-        raise ValueError(f"{what} {code!r}: spaCy's tokenizer for it cannot be built here: {' '.join(str(e).split())}") from None
+        raise ValueError(f"{what} {code!r}: spaCy's tokenizer for it cannot be built here: "
+                         f"{' '.join(str(e).split())}") from None
     return code
 
 # %% ../nbs/20_data.ipynb #73c92299
@@ -187,13 +181,12 @@ def read_lines(path: Path) -> list[str]:
         raise CorpusError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     if not text.strip():
         raise CorpusError(f"{path} is empty: expected one sentence per line")
-    lines = text.split("\n")
-    if lines[-1] == "":  # the end of the last line
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]  # a file written on Windows ends its lines with \r\n
+    # the last line's end is no new line; a file written on Windows ends its lines with \r\n
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
 
-def _aligned(src_path: Path, src: list[str], tgt_path: Path, tgt: list[str]) -> list[tuple[str, str]]:
-    "The pairs of two sides, after checking that line N of one file translates line N of the other."
+def _read_pair(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
+    "The pairs of two files, after checking that line N of one translates line N of the other."
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise CorpusError(f"{tgt_path} has {len(tgt)} lines, expected {len(src)} as in {src_path}; they must be "
                           "aligned, line N of one translating line N of the other")
@@ -207,8 +200,8 @@ def load_multi30k(split: str,  # 'train', 'val' or 'test' (= 'test2016')
     "The sentence pairs of one Multi30k split."
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLITS)}")
-    de_path, en_path = (multi30k_file(f"{SPLITS[split]}.{lang}.gz", data_dir, cache_dir, progress) for lang in ("de", "en"))
-    return _aligned(de_path, read_lines(de_path), en_path, read_lines(en_path))
+    de, en = (multi30k_file(f"{SPLITS[split]}.{lang}.gz", data_dir, cache_dir, progress) for lang in ("de", "en"))
+    return _read_pair(de, en)
 
 def load_parallel(corpus_dir: str | Path,  # folder with {split}.{lang} files (or {split}.{lang}.gz)
                   split: str,  # 'train', 'val' or 'test'
@@ -219,19 +212,17 @@ def load_parallel(corpus_dir: str | Path,  # folder with {split}.{lang} files (o
     if split not in ("train", "val", "test"):
         raise ValueError(f"unknown split {split!r}; expected train, val or test")
     check_language(src_lang, "src_lang"), check_language(tgt_lang, "tgt_lang")  # before any file is read
-    if not Path(corpus_dir).is_dir():
-        raise CorpusError(f"corpus folder {corpus_dir} is {'a file' if Path(corpus_dir).exists() else 'missing'}: "
-                          f"expected a folder holding train/val/test.{src_lang} and .{tgt_lang}")
-    sides = []
+    folder, holds = Path(corpus_dir), f"train/val/test.{src_lang} and .{tgt_lang}"
+    if not folder.is_dir():
+        raise CorpusError(f"corpus folder {corpus_dir} is {'a file' if folder.exists() else 'missing'}: "
+                          f"expected a folder holding {holds}")
+    paths = []
     for lang in (src_lang, tgt_lang):
-        candidates = [Path(corpus_dir) / f"{split}.{lang}{ext}" for ext in ("", ".gz")]
-        path = next((p for p in candidates if p.is_file()), None)
-        if path is None:
-            raise CorpusError(f"missing {candidates[0]} (or {candidates[1].name}): a corpus folder holds "
-                            f"train/val/test.{src_lang} and .{tgt_lang}, one sentence per line")
-        sides.append((path, read_lines(path)))
-    (src_path, src), (tgt_path, tgt) = sides
-    return _aligned(src_path, src, tgt_path, tgt)
+        plain, gz = folder / f"{split}.{lang}", folder / f"{split}.{lang}.gz"
+        if not (plain.is_file() or gz.is_file()):
+            raise CorpusError(f"missing {plain} (or {gz.name}): a corpus folder holds {holds}, one sentence per line")
+        paths.append(plain if plain.is_file() else gz)
+    return _read_pair(*paths)
 
 # %% ../nbs/20_data.ipynb #8a6d583f
 class Tokenizer:
@@ -245,24 +236,17 @@ class Tokenizer:
 
     def __repr__(self): return f"Tokenizer({self.lang!r})"
 
-_ATTACH_LEFT = {".", ",", "!", "?", ";", ":", "%", ")", "]", "}", "'s", "'re", "'ve", "'ll", "'d", "'m", "n't", "'S", "..."}
-_ATTACH_RIGHT = {"(", "[", "{", "$"}
+_ATTACH_LEFT = set(". , ! ? ; : % ) ] } ... 's 're 've 'll 'd 'm n't 'S".split())  # no space before these
+_ATTACH_RIGHT = set("( [ { $".split())  # and none after these
 
 def detokenize(tokens: list[str]) -> str:
     "Join tokens into text: no space before punctuation and clitics, none inside brackets or quotes."
     out, glue_next, quote_open = "", True, False
     for tok in tokens:
-        if tok == '"':  # straight quotes alternate: opening glues right, closing glues left
-            if quote_open:
-                out += tok
-                glue_next = False
-            else:
-                out += ("" if glue_next else " ") + tok
-                glue_next = True
-            quote_open = not quote_open
-            continue
-        out += tok if glue_next or tok in _ATTACH_LEFT else " " + tok
-        glue_next = tok in _ATTACH_RIGHT
+        closing = tok == '"' and quote_open  # straight quotes alternate: opening glues right, closing glues left
+        out += tok if glue_next or closing or tok in _ATTACH_LEFT else " " + tok
+        glue_next = tok in _ATTACH_RIGHT or (tok == '"' and not closing)
+        quote_open ^= tok == '"'
     return out
 
 # %% ../nbs/20_data.ipynb #ad89583d
@@ -274,17 +258,12 @@ def kept_ids(ids,  # a list or tensor of token ids
              strip_specials: bool = True,  # stop at </s>, drop <s> and <blank>
              ) -> list[int]:
     "The ids a decoder turns into text: up to the first </s>, without <s> and <blank> (any vocabulary)."
-    out = []
-    for i in (ids.tolist() if torch.is_tensor(ids) else ids):
-        if not 0 <= i < size:
-            raise ValueError(f"id {i} is outside the vocabulary of {size} tokens")
-        if strip_specials:
-            if i == EOS:
-                break
-            if i in (BOS, PAD):
-                continue
-        out.append(i)
-    return out
+    ids = ids.tolist() if torch.is_tensor(ids) else list(ids)
+    if strip_specials:  # an id after the first </s> is not looked at
+        ids = [i for i in ids[:ids.index(EOS) if EOS in ids else None] if i not in (BOS, PAD)]
+    if bad := [i for i in ids if not 0 <= i < size]:
+        raise ValueError(f"id {bad[0]} is outside the vocabulary of {size} tokens")
+    return ids
 
 # %% ../nbs/20_data.ipynb #b4ecee59
 class Vocab:
@@ -314,13 +293,9 @@ class Vocab:
               min_freq: int = 2,  # tokens seen fewer times become <unk>
               max_size: int | None = None,  # keep at most this many tokens (specials included)
               ) -> "Vocab":
-        counts = Counter(t for tokens in sentences for t in tokens)
-        for sp in SPECIALS:
-            counts.pop(sp, None)
+        counts = Counter(t for tokens in sentences for t in tokens if t not in SPECIALS)
         kept = sorted((t for t, c in counts.items() if c >= min_freq), key=lambda t: (-counts[t], t))
-        if max_size is not None:
-            kept = kept[: max(0, max_size - len(SPECIALS))]
-        return cls(list(SPECIALS) + kept)
+        return cls(list(SPECIALS) + kept[: None if max_size is None else max(0, max_size - len(SPECIALS))])
 
     def to_json(self) -> str: return json.dumps(self.itos, ensure_ascii=False)
 
@@ -333,11 +308,6 @@ class Vocab:
     def load(cls, path: str | Path) -> "Vocab":
         "The vocabulary saved at `path`; a `ValueError` naming the file when it is not JSON."
         return cls(read_json(path))
-
-# %% ../nbs/20_data.ipynb #1d363092
-def encode_pair(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab) -> tuple[list[int], list[int]]:
-    "Ids of one pair, each side wrapped in <s> ... </s>."
-    return [BOS] + src_vocab.encode(src_tokens) + [EOS], [BOS] + tgt_vocab.encode(tgt_tokens) + [EOS]
 
 # %% ../nbs/20_data.ipynb #f84f3b64
 class TokenBucketSampler:
@@ -360,44 +330,34 @@ class TokenBucketSampler:
     def set_epoch(self, epoch: int) -> None: self.epoch = epoch
 
     def _cut(self, indices: list[int]) -> list[list[int]]:
-        "Greedily cut length-sorted `indices` into batches under the token cap."
-        batches, current, longest = [], [], 0
-        for i in indices:
-            new_longest = max(longest, self.lengths[i])
-            if current and new_longest * (len(current) + 1) > self.max_tokens:
-                batches.append(current)
-                current, new_longest = [], self.lengths[i]
-            current.append(i)
-            longest = new_longest
-        if current:
-            batches.append(current)
+        "Sort `indices` by length, then greedily cut them into batches under the token cap."
+        batches, longest = [], 0
+        for i in sorted(indices, key=self.lengths.__getitem__):
+            longest = max(longest, self.lengths[i])
+            if not batches or longest * (len(batches[-1]) + 1) > self.max_tokens:
+                batches.append([])
+                longest = self.lengths[i]
+            batches[-1].append(i)
         return batches
 
     def all_batches(self) -> list[list[int]]:
         "The batches of the current epoch, before sharding."
-        rng = random.Random(self.seed + self.epoch)
         order = list(range(len(self.lengths)))
         if not self.shuffle:
-            return self._cut(sorted(order, key=lambda i: self.lengths[i]))
+            return self._cut(order)
+        rng = random.Random(self.seed + self.epoch)
         rng.shuffle(order)
-        mean_len = max(1, sum(self.lengths) // max(1, len(self.lengths)))
-        pool = max(1, self.pool_factor * self.max_tokens // mean_len)
-        batches = []
-        for start in range(0, len(order), pool):
-            batches += self._cut(sorted(order[start:start + pool], key=lambda i: self.lengths[i]))
+        pool = max(1, self.pool_factor * self.max_tokens // max(1, sum(self.lengths) // max(1, len(order))))
+        batches = [b for start in range(0, len(order), pool) for b in self._cut(order[start:start + pool])]
         rng.shuffle(batches)
         return batches
 
     def __iter__(self):
         batches = self.all_batches()
-        if self.num_replicas > 1:
-            per_rank = math.ceil(len(batches) / self.num_replicas)
-            batches += batches[: per_rank * self.num_replicas - len(batches)]  # equal steps on every rank
-            batches = batches[self.rank::self.num_replicas]
-        return iter(batches)
+        batches += batches[: -len(batches) % self.num_replicas]  # repeated to give every rank as many steps
+        return iter(batches[self.rank::self.num_replicas])
 
-    def __len__(self) -> int:
-        return math.ceil(len(self.all_batches()) / self.num_replicas)
+    def __len__(self) -> int: return math.ceil(len(self.all_batches()) / self.num_replicas)
 
 # %% ../nbs/20_data.ipynb #69faa072
 def collate(pairs: list[tuple[list[int], list[int]]], pad: int = PAD) -> Batch:
@@ -413,9 +373,6 @@ def batches(pairs: list[tuple[list[int], list[int]]], sampler: TokenBucketSample
 
 def padding_fraction(pairs, batch_indices: list[list[int]]) -> float:
     "Fraction of padded (src + tgt) positions over all positions, for the given batches."
-    real = padded = 0
-    for idx in batch_indices:
-        s = [len(pairs[i][0]) for i in idx]; t = [len(pairs[i][1]) for i in idx]
-        real += sum(s) + sum(t)
-        padded += len(idx) * (max(s) + max(t))
+    real = sum(len(pairs[i][0]) + len(pairs[i][1]) for idx in batch_indices for i in idx)
+    padded = sum(len(idx) * sum(max(len(pairs[i][side]) for i in idx) for side in (0, 1)) for idx in batch_indices)
     return 1 - real / padded

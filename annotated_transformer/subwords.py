@@ -11,7 +11,6 @@ __all__ = ['TOKENIZER_FILE', 'WORD_VOCAB_FILES', 'SubwordVocab', 'readable_piece
 # %% ../nbs/21_subwords.ipynb #0f36b951
 from pathlib import Path
 
-from .files import atomic_write
 from .data import (BOS, EOS, SPECIALS, UNK, Tokenizer, Vocab, check_language, detokenize,
                                         kept_ids, load_multi30k, load_parallel)
 
@@ -58,11 +57,7 @@ class SubwordVocab:
         return self.tokenizer.decode(kept_ids(ids, len(self)), skip_special_tokens=False)
 
     def to_json(self) -> str: return self.tokenizer.to_str()
-
-    def save(self, path: str | Path) -> Path:
-        with atomic_write(path) as tmp:
-            tmp.write_text(self.to_json(), encoding="utf-8")
-        return Path(path)
+    save = Vocab.save  # `to_json`, written atomically
 
     @classmethod
     def load(cls, path: str | Path) -> "SubwordVocab":
@@ -75,22 +70,11 @@ class SubwordVocab:
         except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
             raise ValueError(f"subword vocabulary file {path} is not a tokenizers JSON file ({e})") from None
 
-
 # %% ../nbs/21_subwords.ipynb #1841c0df
 def readable_pieces(pieces: list[str]) -> list[str]:
     "Subword pieces for display: '▁dog' -> 'dog', a word's continuation 'er' -> '##er', a lone '▁' -> '␣'."
-    out = []
-    for piece in pieces:
-        if piece == "▁":
-            out.append("␣")
-        elif piece.startswith("▁"):
-            out.append(piece[1:])
-        elif piece[:1].isalnum():
-            out.append("##" + piece)
-        else:  # punctuation, and special tokens such as <s>
-            out.append(piece)
-    return out
-
+    return ["␣" if p == "▁" else p[1:] if p.startswith("▁") else "##" + p if p[:1].isalnum()
+            else p for p in pieces]  # the last: punctuation, and special tokens such as <s>
 
 # %% ../nbs/21_subwords.ipynb #8868c309
 class WordCodec:
@@ -147,8 +131,9 @@ class TranslationData:
                  corpus_dir: str | Path | None = None,  # your own corpus (see `load_parallel`) instead of Multi30k
                  subwords: int = 0):  # tokens of one shared BPE vocabulary; 0: a word vocabulary per language
         self.data_dir, self.progress, self.corpus_dir = data_dir, progress, corpus_dir
-        self.src_lang, self.tgt_lang = check_language(src_lang, "src_lang"), check_language(tgt_lang, "tgt_lang")  # first
-        self._raw, self._tokens = {}, {}
+        self.src_lang = check_language(src_lang, "src_lang")  # first, before any file is read
+        self.tgt_lang = check_language(tgt_lang, "tgt_lang")
+        self._raw = {}
         if (src_vocab is None) != (tgt_vocab is None):
             raise ValueError("give both vocabularies (one SubwordVocab twice when shared) or neither, not one")
         if src_vocab is None:
@@ -163,7 +148,8 @@ class TranslationData:
             shared = SubwordVocab.train([text for pair in train for text in pair], subwords, min_freq)
             return shared, shared
         src_tok, tgt_tok = Tokenizer(self.src_lang), Tokenizer(self.tgt_lang)
-        return Vocab.build((src_tok(s) for s, _ in train), min_freq), Vocab.build((tgt_tok(t) for _, t in train), min_freq)
+        return (Vocab.build((src_tok(s) for s, _ in train), min_freq),
+                Vocab.build((tgt_tok(t) for _, t in train), min_freq))
 
     @property
     def shared(self) -> bool:
@@ -177,19 +163,11 @@ class TranslationData:
                                 else load_multi30k(split, self.data_dir, progress=self.progress))
         return self._raw[split]
 
-    def tokens(self, split: str) -> list[tuple[list[str], list[str]]]:
-        "The pairs of a split as the tokens the model sees: words, or subword pieces."
-        if split not in self._tokens:
-            self._tokens[split] = [(self.src_codec.pieces(s), self.tgt_codec.pieces(t)) for s, t in self.raw(split)]
-        return self._tokens[split]
-
     def encoded(self, split: str, max_tokens_per_sentence: int | None = 100) -> list[tuple[list[int], list[int]]]:
         "Id pairs of a split, each side wrapped in <s> ... </s>; pairs with a longer side are dropped."
         pairs = [([BOS] + self.src_codec.encode_text(s) + [EOS], [BOS] + self.tgt_codec.encode_text(t) + [EOS])
                  for s, t in self.raw(split)]
-        if max_tokens_per_sentence is not None:
-            kept = [p for p in pairs if max(len(p[0]), len(p[1])) <= max_tokens_per_sentence]
-            if len(kept) < len(pairs):
-                print(f"{split}: skipped {len(pairs) - len(kept)} pairs longer than {max_tokens_per_sentence} tokens")
-            pairs = kept
-        return pairs
+        kept = [p for p in pairs if max_tokens_per_sentence is None or max(map(len, p)) <= max_tokens_per_sentence]
+        if len(kept) < len(pairs):
+            print(f"{split}: skipped {len(pairs) - len(kept)} pairs longer than {max_tokens_per_sentence} tokens")
+        return kept
