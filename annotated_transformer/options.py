@@ -45,7 +45,7 @@ def checked(convert,  # the option's text to a value (ValueError, KeyError or Ov
 def in_range(low: float, high: float = math.inf,
              kind: type = int,  # int: a whole number; float: a finite one
              high_excluded: bool = False):
-    "Parser of a number in low..high, or in [low, high) when `high_excluded`: the model's `Limit`, said as it says it."
+    "Parser of a number in low..high, or in [low, high) when `high_excluded`: a `Limit`, worded as the model words it."
     limit = Limit(low, high, high_excluded)
     bound = f">= {low}" if high == math.inf else limit
     number = "a whole number" if kind is int else "a finite number"
@@ -149,8 +149,9 @@ def config_from_args(settings,  # the settings the options change, e.g. `TrainCo
                      args: argparse.Namespace,  # parsed options: those typed on the command line
                      ):
     "`settings` with the options typed (a dataclass inside it with its own options)."
-    return replace(settings, **{name: config_from_args(value, args) if is_dataclass(value) else getattr(args, name)
-                                for name, value, _ in _options(settings) if is_dataclass(value) or hasattr(args, name)})
+    typed = {name: getattr(args, name) for name, _, _ in _options(settings) if hasattr(args, name)}
+    inside = {name: config_from_args(value, args) for name, value, _ in _options(settings) if is_dataclass(value)}
+    return replace(settings, **typed, **inside)
 
 # %% ../nbs/18_options.ipynb #9d9754fc
 def check_values(cfg):  # a settings dataclass, e.g. `TrainConfig`, whose values no option's parser has seen
