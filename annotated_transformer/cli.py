@@ -26,7 +26,6 @@ if sys.argv and os.path.basename(sys.argv[0]) == "annotated-transformer":  # the
 import argparse
 import itertools
 import json
-import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -57,26 +56,23 @@ _COPY_TASK = [
     _DEVICE,
     ("--examples", dict(type=in_range(1), default=3, help="random examples to decode at the end (default: 3)"))]
 
-def copy_task_main(args: argparse.Namespace) -> int:
+def copy_task_main(args: argparse.Namespace) -> None:
     "Train the copy task, decode examples, report where the checkpoint is."
-    cfg = config_from_args(CopyTaskConfig, args)
+    cfg = config_from_args(CopyTaskConfig(), args)
     check_destination(args.out, vocabularies=False)  # before training: a run's folder, a translation model, read-only
     device = default_device(args.device)
     print(f"training the copy task on {device} in {resolve_precision(device, cfg.precision)}: {cfg.model.N} layers, "
           f"d_model={cfg.model.d_model}, {cfg.epochs} epochs of {cfg.batches_per_epoch} batches")
-    t0 = time.perf_counter()
-    model, _ = train_copy_task(cfg, checkpoint_dir=args.out, device=device)
-    print(f"trained in {time.perf_counter() - t0:.0f}s")
+    model, history = train_copy_task(cfg, checkpoint_dir=args.out, device=device)
+    print(f"trained in {sum(epoch['seconds'] for epoch in history):.0f}s")
     g = torch.Generator().manual_seed(cfg.seed + 12345)
-    src = next(copy_batches(cfg.vocab, args.examples, 1, cfg.seq_len, g)).src.to(device)
-    out = greedy_decode(model, src, torch.ones(src.size(0), 1, src.size(1), dtype=torch.bool, device=device),
-                        max_len=cfg.seq_len, start_symbol=1)
-    pairs = list(zip(src.tolist(), out.tolist()))
+    batch = next(copy_batches(cfg.vocab, args.examples, 1, cfg.seq_len, g)).to(device)  # fresh random sequences
+    out = greedy_decode(model, batch.src, batch.src_mask, max_len=cfg.seq_len, start_symbol=1)
+    pairs = list(zip(batch.src.tolist(), out.tolist()))
     for s, o in pairs:
         print(f"  input  {s}\n  output {o}  {'exact copy' if s == o else 'MISMATCH'}")
     exact = sum(s == o for s, o in pairs)
     print(f"{exact}/{len(pairs)} exact copies; checkpoint written to {Path(args.out).resolve()}")
-    return 0
 
 # %% ../nbs/30_cli.ipynb #8283165f
 _TRAIN = [_DEVICE, ("--allow-changed-data", dict(action="store_true", help="resume a run although its training or "
@@ -92,10 +88,10 @@ def check_settings(cfg: TrainConfig) -> TrainConfig:
                          "term is always 0 and each step costs twice; give --dropout (or a --preset) or drop --rdrop")
     return cfg
 
-def train_main(args: argparse.Namespace) -> int:
+def train_main(args: argparse.Namespace) -> None:
     "Train a translation model with the settings the options describe; say where its checkpoints are."
-    cfg = check_settings(config_from_args(TrainConfig, args))
-    ignored = [f"--{n.replace('_', '-')}" for n in ("subwords", "min_freq") if n in args.given]
+    cfg = check_settings(config_from_args(TrainConfig(), args))
+    ignored = [f"--{n.replace('_', '-')}" for n in ("subwords", "min_freq") if hasattr(args, n)]  # typed
     if cfg.init_from is not None and ignored:
         raise InputError(f"{' and '.join(ignored)} cannot apply with --init-from: the vocabularies are the start's")
     history = train(cfg, device=args.device, allow_changed_data=args.allow_changed_data, start_over=args.start_over)
@@ -106,7 +102,6 @@ def train_main(args: argparse.Namespace) -> int:
         print(f"done: {found}; per-epoch log in {Path(cfg.out_dir, 'history.jsonl').resolve()}")
     if dist.is_initialized():
         dist.destroy_process_group()
-    return 0
 
 # %% ../nbs/30_cli.ipynb #b04ad0cc
 _TRUST = ("--trust", dict(action="store_true", help="load checkpoints that have no manifest.json, whose files cannot "
@@ -115,9 +110,9 @@ def model_folder(text: str) -> str:
     "Parser of what translates: a checkpoint folder, or a folder `export` wrote for an engine."
     return text if is_exported(folder(text)) else checkpoint_folder(text)
 
-_DECODING = [("--checkpoint", dict(type=model_folder, help="checkpoint folder (model.safetensors, config.json, "
-                                   "vocabularies), or a folder `export` wrote (default: the model shipped with the "
-                                   "package)")),
+_DECODING = [("--checkpoint", dict(type=model_folder, default=shipped_model_dir(),
+                                   help="checkpoint folder (model.safetensors, config.json, vocabularies), or a folder "
+                                        "`export` wrote (default: the model shipped with the package)")),
              _TRUST,
              ("--quantization", dict(choices=["int8"], help="an exported model only: compute with int8 weights, "
                                                             "faster, a little less exact (default: none, float32)")),
@@ -141,17 +136,16 @@ _TRANSLATE = [
 
 # %% ../nbs/30_cli.ipynb #a972ee17
 def _translator(args: argparse.Namespace) -> Translator:
-    "What `translate` and `evaluate` decode with: the folder --checkpoint names, else the shipped model."
-    return Translator.from_checkpoint(args.checkpoint or shipped_model_dir(), args.device, args.trust,
-                                      args.quantization)
+    "What `translate` and `evaluate` decode with: the folder --checkpoint names (the shipped model by default)."
+    return Translator.from_checkpoint(args.checkpoint, args.device, args.trust, args.quantization)
 
-def translate_main(args: argparse.Namespace) -> int:
+def translate_main(args: argparse.Namespace) -> None:
     "One output line per input line, read, translated and written a batch at a time; a bad line is named."
     if args.sentences and args.input is not None:
         raise InputError("give sentences as arguments or --input, not both")
     where = "argument" if args.sentences else "stdin" if args.input in (None, "-") else args.input
     reads = {"the file being translated": None if args.sentences else args.input or "-",
-             "inside the checkpoint being read": args.checkpoint or shipped_model_dir()}
+             "inside the checkpoint being read": args.checkpoint}
     out = args.output and check_output(args.output, "--output", reads)  # before the model loads
     lines = iter(args.sentences) if args.sentences else text_lines(byte_lines(args.input), where)
     head = next(lines, None)  # an empty input needs no model
@@ -161,7 +155,6 @@ def translate_main(args: argparse.Namespace) -> int:
         for batch in batches:
             f.write("".join(line + "\n" for line in batch))
             f.flush()
-    return 0
 
 # %% ../nbs/30_cli.ipynb #84f03a7f
 _EVALUATE = [
@@ -180,7 +173,7 @@ _EVALUATE = [
                     help="write the result as JSON to FILE, whole or not at all (the summary still prints); --json "
                          "alone prints the JSON instead of the summary (default: the summary only)"))]
 
-def evaluate_main(args: argparse.Namespace) -> int:
+def evaluate_main(args: argparse.Namespace) -> None:
     "BLEU, chrF and the tutorials' BLEU of a checkpoint on a test set; every input is checked before the model loads."
     if (args.src is None) != (args.ref is None):
         raise InputError("give --src and --ref together: the source sentences and their reference translations")
@@ -191,7 +184,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
         raise InputError(f"--ref {args.ref} is the --src file: give the reference translations")
     if args.data_dir is not None and (args.src is not None or args.corpus_dir is not None):
         raise InputError("--data-dir names the Multi30k files: it does not go with --src/--ref or --corpus-dir")
-    checkpoint = Path(args.checkpoint or shipped_model_dir())
+    checkpoint = Path(args.checkpoint)
     reads = {"the --src file": args.src, "the --ref file": args.ref, "inside the --corpus-dir": args.corpus_dir,
              "inside the --data-dir": args.data_dir, "inside the checkpoint being read": checkpoint}
     json_path = check_output(args.json, "--json", reads) if args.json not in (None, "-") else None
@@ -206,14 +199,10 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if json_path is not None:
         with writing(json_path) as f:
             f.write(text)
-    if args.json == "-":
-        print(text, end="")
-        return 0
-    print(f"BLEU = {res['bleu']:.2f} on {data} ({res['sentences']} sentences, beam {res['beam_size']})")
-    print(f"sacreBLEU signature: {res['signature']}")
-    print(f"chrF2 = {res['chrf']:.2f}  signature: {res['chrf_signature']}")
-    print(f"BLEU of {res['tokenized_bleu_is']} = {res['tokenized_bleu']:.2f}")
-    return 0
+    print(text if args.json == "-" else
+          f"BLEU = {res['bleu']:.2f} on {data} ({res['sentences']} sentences, beam {res['beam_size']})\n"
+          f"sacreBLEU signature: {res['signature']}\nchrF2 = {res['chrf']:.2f}  signature: {res['chrf_signature']}\n"
+          f"BLEU of {res['tokenized_bleu_is']} = {res['tokenized_bleu']:.2f}\n", end="")
 
 # %% ../nbs/30_cli.ipynb #a2becca5
 _AVERAGE = [
@@ -227,27 +216,26 @@ _AVERAGE = [
     ("--dtype", dict(type=one_of(tuple(AVERAGE_DTYPES)), help=f"store the average in {', '.join(AVERAGE_DTYPES)} "
                      "(default: the inputs' dtype if they share one, else float32)"))]
 
-def average_main(args: argparse.Namespace) -> int:
+def average_main(args: argparse.Namespace) -> None:
     "Average the checkpoints --inputs names and the last --last epochs of --run-dir into --out."
     paths = list(args.inputs) + (last_checkpoints(args.run_dir, args.last) if args.run_dir else [])
     if not paths:
         raise InputError("nothing to average: give --inputs or --run-dir")
     out = average_checkpoints(paths, args.out, args.trust, AVERAGE_DTYPES.get(args.dtype))
     print(f"averaged {len(paths)} checkpoints into {out}")
-    return 0
 
 # %% ../nbs/30_cli.ipynb #e5b0d1a8
 _EXPORT = [
     ("--to", dict(choices=list(EXPORTERS), required=True, help="the engine: ctranslate2 or onnx (required)")),
     ("--out", dict(type=new_path, required=True, help="the folder to write: new, or empty (required)")),
-    ("--checkpoint", dict(type=checkpoint_folder, help="the checkpoint to export (default: the shipped model)")),
+    ("--checkpoint", dict(type=checkpoint_folder, default=shipped_model_dir(),
+                          help="the checkpoint to export (default: the shipped model)")),
     _TRUST]
 
-def export_main(args: argparse.Namespace) -> int:
+def export_main(args: argparse.Namespace) -> None:
     "Write the --checkpoint (or the shipped model) for the engine --to names into --out."
-    out = export_model(args.checkpoint or shipped_model_dir(), args.out, args.to, args.trust)
+    out = export_model(args.checkpoint, args.out, args.to, args.trust)
     print(f"exported for {args.to} into {out}")
-    return 0
 
 # %% ../nbs/30_cli.ipynb #059798c9
 MAX_THREADS = 4 * (os.cpu_count() or 1)  # more threads than cores only slow torch down; tens of thousands crash it
@@ -285,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help_text, settings, options, _) in SUBCOMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         if settings is not None:
-            dataclass_arguments(command, settings)
+            dataclass_arguments(command, settings())
         for flag, kwargs in options:
             command.add_argument(flag, **kwargs)
     return parser
@@ -322,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         _check_before(args.command, sys.argv[1:] if argv is None else argv)
         if getattr(args, "threads", None):
             torch.set_num_threads(args.threads)
-        status = SUBCOMMANDS[args.command][-1](args)
+        SUBCOMMANDS[args.command][-1](args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
-        return status
+        return 0
     except (TrainingStopped, KeyboardInterrupt) as stopped:  # a stopped training says where its checkpoint is
         with suppress(KeyboardInterrupt):  # one more Ctrl-C on the way out changes nothing
             print(f"{prog}: {str(stopped) or 'interrupted'}", file=sys.stderr)

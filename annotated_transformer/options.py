@@ -6,8 +6,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/options.html
 
 # %% auto #0
 __all__ = ['new_path', 'file_path', 'language', 'boolean', 'MAX_EPOCHS', 'CHECKS', 'checked', 'in_range', 'one_of', 'device_name',
-           'not_empty', 'folder', 'checkpoint_folder', 'Given', 'dataclass_arguments', 'config_from_args',
-           'check_values', 'exit_status', 'one_line']
+           'not_empty', 'folder', 'checkpoint_folder', 'dataclass_arguments', 'config_from_args', 'check_values',
+           'exit_status', 'one_line']
 
 # %% ../nbs/18_options.ipynb #1eb542d9
 import argparse
@@ -17,7 +17,6 @@ import os
 import re
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
-from typing import get_type_hints
 
 import torch
 from fastcore.docments import docments
@@ -25,7 +24,7 @@ from fastcore.docments import docments
 from .checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from .files import InputError
 from .devices import PRECISIONS
-from .model import LIMITS, PRESETS, Limit, ModelConfig, _json_fits
+from .model import LIMITS, PRESETS, Limit, ModelConfig
 
 # %% ../nbs/18_options.ipynb #48ed8697
 def checked(convert,  # the option's text to a value (ValueError, KeyError or OverflowError: it cannot)
@@ -46,10 +45,11 @@ def checked(convert,  # the option's text to a value (ValueError, KeyError or Ov
 def in_range(low: float, high: float = math.inf,
              kind: type = int,  # int: a whole number; float: a finite one
              high_excluded: bool = False):
-    "Parser of a number in low..high."
-    bound = f">= {low}" if high == math.inf else f"{low}..{high}" + " (excluded)" * high_excluded
+    "Parser of a number in low..high, or in [low, high) when `high_excluded`: a `Limit`, worded as the model words it."
+    limit = Limit(low, high, high_excluded)
+    bound = f">= {low}" if high == math.inf else limit
     number = "a whole number" if kind is int else "a finite number"
-    return checked(kind, f"{number} {bound}", lambda v: math.isfinite(v) and v in Limit(low, high, high_excluded))
+    return checked(kind, f"{number} {bound}", lambda v: math.isfinite(v) and v in limit)
 
 def one_of(names: tuple):
     "Parser of one of `names`."
@@ -102,13 +102,14 @@ _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "
 boolean = checked(lambda text: _BOOLEANS[text.lower()], "true or false")
 _KIND = {f.name: f.type for f in fields(ModelConfig)}  # int or float
 
-MAX_EPOCHS = 1000  # the schedule counts every epoch's batches before the first step: 0.1 s an epoch on Multi30k
-CHECKS = {**{name: in_range(1) for name in ("warmup", "max_tokens", "accum_iter",
+MAX_EPOCHS = 1000  # train's schedule counts every epoch's batches before the first step: 0.1 s an epoch on Multi30k
+CHECKS = {**{name: in_range(1) for name in ("warmup", "max_tokens", "accum_iter", "epochs",
                                             "max_steps", "min_freq", "batches_per_epoch", "batch_size")},
           **{name: in_range(limit.low, limit.high, _KIND[name], limit.high_excluded) for name, limit in LIMITS.items()},
+          "TrainConfig.epochs": in_range(1, MAX_EPOCHS),  # one dataclass's own parser: `CLASS.field`
           "vocab": in_range(3, LIMITS["src_vocab"].high),  # the copy task's: padding, start and a symbol at least
           "seq_len": in_range(2, LIMITS["max_len"].high), "seed": in_range(0), "val_bleu_sentences": in_range(0),
-          "epochs": in_range(1, MAX_EPOCHS), "cooldown": in_range(0), "subwords": in_range(0, LIMITS["src_vocab"].high),
+          "cooldown": in_range(0), "subwords": in_range(0, LIMITS["src_vocab"].high),
           "smoothing": in_range(0, 1, float, high_excluded=True), "rdrop": in_range(0, kind=float),
           "factor": in_range(1e-12, kind=float), "max_grad_norm": in_range(1e-12, kind=float),
           "precision": one_of(PRECISIONS), "preset": one_of(tuple(PRESETS)),
@@ -117,64 +118,54 @@ CHECKS = {**{name: in_range(1) for name in ("warmup", "max_tokens", "accum_iter"
           "keep_epochs": boolean, "pre_norm": boolean, "tie_embeddings": boolean}
 
 # %% ../nbs/18_options.ipynb #ec8420d7
-_DATA_FIELDS = ("src_vocab", "tgt_vocab")  # ModelConfig fields the data decides, never options
+def _options(settings) -> list[tuple]:
+    "(name, value, annotation) of each field of a settings dataclass but the vocabulary sizes, which the data decides."
+    return [(f.name, getattr(settings, f.name), str(f.type)) for f in fields(settings)
+            if f.name not in ("src_vocab", "tgt_vocab")]
 
-def _or_none(parse, annotation):
+def _parser(settings, name: str):
+    "The parser of field `name` of `settings`: its dataclass's own (`TrainConfig.epochs`), else its name's in `CHECKS`."
+    return CHECKS.get(f"{type(settings).__name__}.{name}") or CHECKS[name]
+
+def _or_none(parse, annotation: str):
     "`parse`, or None for the text none where the field's annotation admits None (a folder may be called none)."
-    if "None" not in str(annotation) or parse in (folder, new_path):
+    if "None" not in annotation or parse in (folder, new_path):
         return parse
     return lambda text: None if text.lower() == "none" else parse(text)
 
-class Given(argparse.Action):
-    "Store an option's value and add its name to `args.given`: a value the same as the default is still told apart."
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        namespace.given = namespace.given | {self.dest}
-
 def dataclass_arguments(parser: argparse.ArgumentParser,  # the (sub)command's parser
-                        cls: type,  # a settings dataclass, e.g. `TrainConfig` (every field has a default)
-                        defaults=None,  # the settings whose values are the defaults (None: `cls()`)
+                        settings,  # a settings dataclass whose values are the defaults, e.g. `TrainConfig()`
                         ) -> None:
-    "One `--field-name` option per field of `cls` (and of a dataclass inside it), its help the field's docment."
-    defaults, docs = cls() if defaults is None else defaults, docments(cls, full=True)
-    parser.set_defaults(given=frozenset())  # the options given on the command line (`Given`)
-    for f in fields(cls):
-        value, doc = getattr(defaults, f.name), docs[f.name]
+    "One `--field-name` option per field of `settings` (and of a dataclass inside it), its help the field's docment."
+    docs = docments(type(settings))
+    for name, value, annotation in _options(settings):
         if is_dataclass(value):  # e.g. the ModelConfig inside TrainConfig: its fields are options too
-            dataclass_arguments(parser, type(value), value)
-        elif f.name not in _DATA_FIELDS:
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=_or_none(CHECKS[f.name], doc.anno), action=Given,
-                                default=value, help=f"{doc.docment or ''} (default: {value})".strip())
+            dataclass_arguments(parser, value)
+        else:  # no default in the parsed options: they hold what was typed, `config_from_args` fills in the rest
+            parser.add_argument(f"--{name.replace('_', '-')}", type=_or_none(_parser(settings, name), annotation),
+                                default=argparse.SUPPRESS, help=f"{docs[name] or ''} (default: {value})".strip())
 
-def config_from_args(cls: type,  # the settings dataclass `dataclass_arguments` was given
-                     args: argparse.Namespace,  # parsed options
-                     defaults=None,  # the settings the options change (None: `cls()`)
+def config_from_args(settings,  # the settings the options change, e.g. `TrainConfig()`
+                     args: argparse.Namespace,  # parsed options: those typed on the command line
                      ):
-    "The settings of `cls` that the parsed options describe (a nested dataclass is filled from its own options)."
-    defaults, values = cls() if defaults is None else defaults, {}
-    for f in fields(cls):
-        value = getattr(defaults, f.name)
-        if is_dataclass(value):
-            values[f.name] = config_from_args(type(value), args, value)
-        elif f.name not in _DATA_FIELDS:
-            values[f.name] = getattr(args, f.name)
-    return replace(defaults, **values)
+    "`settings` with the options typed (a dataclass inside it with its own options)."
+    typed = {name: getattr(args, name) for name, _, _ in _options(settings) if hasattr(args, name)}
+    inside = {name: config_from_args(value, args) for name, value, _ in _options(settings) if is_dataclass(value)}
+    return replace(settings, **typed, **inside)
 
 # %% ../nbs/18_options.ipynb #9d9754fc
 def check_values(cfg):  # a settings dataclass, e.g. `TrainConfig`, whose values no option's parser has seen
-    "Refuse what the options would refuse: each value's type, and its range as its option checks it."
-    hints = get_type_hints(type(cfg))
-    for f in sorted(fields(cfg), key=lambda f: is_dataclass(getattr(cfg, f.name))):  # a dataclass inside: last
-        value, kind = getattr(cfg, f.name), str(hints[f.name]).replace("<class '", "").replace("'>", "")
+    "Refuse what the options would refuse: a value that its option's parser does not give back as it is."
+    for name, value, annotation in sorted(_options(cfg), key=lambda o: is_dataclass(o[1])):  # a dataclass inside: last
         if is_dataclass(value):
             check_values(value)
-        elif f.name not in _DATA_FIELDS and not (value is None and "None" in kind):  # kind: int, str | None, ...
-            try:
-                if isinstance(value, str) != ("str" in kind) or not (isinstance(value, str) or _json_fits(value, kind)):
-                    raise argparse.ArgumentTypeError(f"expected {kind}, got {value!r}")
-                CHECKS[f.name](str(value))
+        elif value is not None or "None" not in annotation:
+            try:  # the value's text, as the option would read it: its range
+                parsed = _parser(cfg, name)(str(value))
             except argparse.ArgumentTypeError as e:
-                raise InputError(f"{f.name}: {e}") from None
+                raise InputError(f"{name}: {e}") from None
+            if parsed != value or isinstance(parsed, bool) != isinstance(value, bool):  # its type: "3" no 3, 1 no True
+                raise InputError(f"{name}: expected {type(parsed).__name__}, got {value!r}")
     return cfg
 
 # %% ../nbs/18_options.ipynb #f22c30dc
