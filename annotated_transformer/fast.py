@@ -32,7 +32,7 @@ def masked_score(dtype: torch.dtype) -> float:
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 class FastMultiHeadedAttention(MultiHeadedAttention):
-    "`MultiHeadedAttention` that keeps no weights: `F.scaled_dot_product_attention`, or equation 1 written out to train on a CPU."
+    "`MultiHeadedAttention` keeping no weights: `F.scaled_dot_product_attention`, or equation 1 written out on a CPU."
     def attend(self, q, k, v, mask):  # q: (batch, h, queries, d_k); k, v: (batch, h, keys, d_k)
         self.attn = None
         if q.device.type == "cpu" and torch.is_grad_enabled():  # a CPU training pass: the steps written out are faster
@@ -48,7 +48,7 @@ class FastMultiHeadedAttention(MultiHeadedAttention):
                                                   dropout_p=self.dropout.p if self.training else 0.0)
 
     def attend_written_out(self, q, k, v, mask):
-        "Equation 1 step by step, as the plain layer computes it, but with a float32 softmax and `dropout_mask`'s masks."
+        "Equation 1 step by step, as the plain layer computes it, with a float32 softmax and `dropout_mask`'s masks."
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (batch, h, queries, keys); bf16 under autocast
         if mask is not None:
             scores = scores.masked_fill(mask == 0, masked_score(scores.dtype))
@@ -76,7 +76,7 @@ DROPOUT_BITS = 15  # random bits behind one dropout decision on the CPU (fixed: 
 def dropout_mask(shape: tuple[int, ...],  # shape of the tensor whose entries dropout zeroes
                  p: float,  # probability of dropping an entry, in [0, 1]
                  device: torch.device | str = "cpu",  # where the mask is needed
-                 ) -> tuple[torch.Tensor, float]:  # (boolean mask, True = dropped; the scale 1/(1-p') of the kept entries)
+                 ) -> tuple[torch.Tensor, float]:  # (boolean mask, True = dropped; the kept entries' scale 1/(1-p'))
     "Which entries dropout zeroes; on the CPU from 16 or 15 random bits each, p rounded to p', a multiple of 2**-15."
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
@@ -107,7 +107,7 @@ class _Dropout(torch.autograd.Function):
         return grad_out.mul(ctx.scale).masked_fill_(dropped, 0.0), None
 
 class FastDropout(nn.Dropout):
-    "`nn.Dropout` whose masks take a quarter of the random bits on the CPU (`dropout_mask`) and keep one byte per entry."
+    "`nn.Dropout` whose CPU masks take a quarter of the random bits (`dropout_mask`) and keep one byte per entry."
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # any shape -> same (never in place: `inplace` is ignored)
         if not self.training or self.p == 0 or x.device.type != "cpu":  # identity, or a GPU's fused kernel
             return super().forward(x)
@@ -132,7 +132,7 @@ class _ReluDropout(torch.autograd.Function):
         return torch.ops.aten.threshold_backward(grad_out * ctx.scale, out, 0), None  # grad where out > 0, else 0
 
 class FastFeedForward(PositionwiseFeedForward):
-    "`PositionwiseFeedForward` whose training pass runs dropout(relu(.)) as `_ReluDropout` (keeps one tensor, not three)."
+    "`PositionwiseFeedForward` whose training pass runs dropout(relu(.)) as `_ReluDropout`: one tensor kept, not three."
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, d_model) -> same
         if not torch.is_grad_enabled():  # nothing is kept for a backward pass: the plain version is as good
             return super().forward(x)
@@ -155,7 +155,7 @@ class _LayerNormFunction(torch.autograd.Function):
         x_hat, a, inv, std = ctx.saved_tensors
         n = x_hat.size(-1)
         lead = tuple(range(x_hat.dim() - 1))
-        dy_x_hat = grad_out * x_hat  # (..., n): its sum over rows is a's gradient; over features, weighted by a, sum_k g_k x_hat_k
+        dy_x_hat = grad_out * x_hat  # (..., n): summed over rows, a's gradient; times a: sum_k g_k x_hat_k
         grad_a, grad_b = dy_x_hat.sum(lead), grad_out.sum(lead)
         g_dot_x_hat = (dy_x_hat @ a).unsqueeze(-1)  # sum_k g_k x_hat_k, (..., 1)
         g_mean = (grad_out @ a).unsqueeze(-1) / n  # mean of g = grad_out * a, (..., 1)
