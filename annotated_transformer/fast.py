@@ -187,7 +187,6 @@ class FastLabelSmoothing(LabelSmoothing):
         return _smoothed_loss(gold, x.sum(1), x[:, self.padding_idx], self.size, self.confidence,
                               self.smoothing / (self.size - 2)).sum()
 
-
 # %% ../nbs/10_fast.ipynb #bcff18f1
 class _FusedProjectionLabelSmoothing(torch.autograd.Function):
     "Summed label-smoothed KL loss of softmax(x W^T + b), gradients computed in forward (chunk by chunk when eager)."
@@ -228,7 +227,6 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         grad_x, grad_w, grad_b = ctx.saved_tensors
         return grad_x * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None, None, None
 
-
 # %% ../nbs/10_fast.ipynb #00d84bd4
 GPU_CHUNK_ELEMENTS = 2 ** 25  # logits per chunk on a GPU (128 MB in float32): each chunk costs a dozen kernel launches
 
@@ -253,7 +251,6 @@ class FastLossCompute(SimpleLossCompute):
                 crit.smoothing / (crit.size - 2), crit.padding_idx, chunk_size,
                 torch.bfloat16 if bf16 else torch.float32) / norm
         return sloss.detach() * norm, sloss
-
 
 # %% ../nbs/10_fast.ipynb #f1c79547
 FAST_VERSIONS = {MultiHeadedAttention: FastMultiHeadedAttention, PositionwiseFeedForward: FastFeedForward,

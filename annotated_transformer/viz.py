@@ -97,7 +97,6 @@ def heatmap(matrix: torch.Tensor,  # (rows, cols)
         tooltip=[alt.Tooltip("row_label:N", title=row_title), alt.Tooltip("col_label:N", title=col_title), value_tip],
     ).properties(width=max(cols * cell, 60), height=max(rows * cell, 60))
 
-
 # %% ../nbs/06_viz.ipynb #3c191f1a
 def mask_chart(seq_len: int = 20,  # sequence length
                mask: torch.Tensor | None = None,  # (seq_len, seq_len) or (1, seq_len, seq_len); default subsequent_mask
