@@ -919,13 +919,6 @@ class ModelConfig:
         tie = shared if self.tie_embeddings is None else self.tie_embeddings
         return replace(self, src_vocab=src_vocab, tgt_vocab=tgt_vocab, tie_embeddings=tie)
 
-    @classmethod
-    def preset(cls, name: str, src_vocab: int = 0, tgt_vocab: int = 0, **overrides) -> "ModelConfig":
-        "A named preset ('small', 'base', 'big') with optional overrides."
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-        return cls(src_vocab=src_vocab, tgt_vocab=tgt_vocab, **{**PRESETS[name], **overrides})
-
     def to_dict(self) -> dict: return asdict(self)
 
     @classmethod
@@ -935,8 +928,7 @@ class ModelConfig:
         "Settings read back from JSON, refused with the setting's name: an unknown key, a value of another type."
         types = {f.name: f.type for f in fields(cls)}
         if set(d) - set(types):
-            raise ValueError(f"unknown model configuration keys {sorted(set(d) - set(types))}; "
-                             f"expected a subset of {sorted(types)}")
+            raise ValueError(f"unknown model settings {sorted(set(d) - set(types))}; expected some of {sorted(types)}")
         for name, value in d.items():
             if not _json_fits(value, types[name]):
                 raise ValueError(f"{source}.{name} is {value!r}, expected {types[name]}")
@@ -990,10 +982,11 @@ def make_model(
     preset: str | None = None,  # 'small', 'base' or 'big': replaces N, d_model, d_ff, h, dropout
 ) -> EncoderDecoder:
     "Build a Transformer; the classic signature of The Annotated Transformer plus tying, norm placement and presets."
-    options = dict(tie_embeddings=tie_embeddings, pre_norm=pre_norm, max_len=max_len)
-    if preset is not None:
-        return build_model(ModelConfig.preset(preset, src_vocab, tgt_vocab, **options))
-    return build_model(ModelConfig(src_vocab, tgt_vocab, N, d_model, d_ff, h, dropout, **options))
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    sizes = dict(N=N, d_model=d_model, d_ff=d_ff, h=h, dropout=dropout) if preset is None else PRESETS[preset]
+    return build_model(ModelConfig(src_vocab, tgt_vocab, **sizes, tie_embeddings=tie_embeddings, pre_norm=pre_norm,
+                                   max_len=max_len))
 
 
 # %% [markdown]
