@@ -27,8 +27,7 @@ def masked_score(dtype: torch.dtype) -> float:
     "The additive score of a forbidden key: -1e9, or minus half the largest float16 in float16."
     return -min(1e9, torch.finfo(dtype).max / 2)
 
-# The kernels `FastMultiHeadedAttention` lets PyTorch choose from on a GPU; not cuDNN's, which plans anew for every
-# batch shape (see above).
+# The GPU kernels `FastMultiHeadedAttention` allows: not cuDNN's, which plans anew for every batch shape.
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 class FastMultiHeadedAttention(MultiHeadedAttention):
@@ -202,9 +201,8 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, device=x.device)  # (V, d_model), float32: summed over chunks
         grad_b = torch.zeros(bias.shape, device=x.device)  # (V,)
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
-        # Under torch.compile the whole batch is one chunk (see above).
         chunks = [(x, target)] if torch.compiler.is_compiling() else zip(x.split(chunk_size), target.split(chunk_size))
-        for xc, yc in chunks:  # (c, d), (c,): c <= chunk_size in eager mode
+        for xc, yc in chunks:  # (c, d), (c,): c <= chunk_size when eager, the whole batch under torch.compile
             xc, yc = xc.to(mm_dtype), yc.unsqueeze(1)  # (c, d), (c, 1)
             real = (yc != padding_idx).to(mm_dtype)  # (c, 1): 1 for a real token, 0 for padding
             z = torch.addmm(b, xc, w.t()).float()  # logits (c, V)
