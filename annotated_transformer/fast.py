@@ -243,7 +243,7 @@ class FastLossCompute(SimpleLossCompute):
         chunk_size = max(self.chunk_size, GPU_CHUNK_ELEMENTS // crit.size) if x.is_cuda else self.chunk_size
         device = x.device.type
         bf16 = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
-        with torch.autocast(device, enabled=False):  # the products' type is chosen here: bf16 or float32
+        with torch.autocast(device, enabled=False):  # bf16 or float32, never fp16: p - t would underflow
             sloss = _FusedProjectionLabelSmoothing.apply(
                 x.reshape(-1, x.size(-1)), proj.weight, proj.bias, y.reshape(-1), crit.confidence,
                 crit.smoothing / (crit.size - 2), crit.padding_idx, chunk_size,
