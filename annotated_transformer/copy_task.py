@@ -40,10 +40,10 @@ COPY_TASK_TIME = "about 20 seconds on 2 CPU cores"  # measured: `annotated-trans
 
 @dataclass
 class CopyTaskConfig:
-    "Settings of a copy-task run."
+    "Settings of a copy-task run; the model's vocabularies have `vocab` symbols."
     vocab: int = 11  # symbols, including padding (0) and start (1)
     seq_len: int = 10  # sequence length
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=2, d_model=64, d_ff=128, h=4, dropout=0.1))  # the model (vocabularies: `vocab`)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=2, d_model=64, d_ff=128, h=4))  # the model
     epochs: int = 20  # passes
     batches_per_epoch: int = 20  # training batches per epoch
     batch_size: int = 80  # sequences per batch

@@ -19,13 +19,9 @@ import torch
 def default_device(device: str | torch.device | None = None) -> torch.device:
     "`device` if given, else $ANNOTATED_TRANSFORMER_DEVICE, else cuda, mps or cpu, whichever exists first."
     device = device or os.environ.get("ANNOTATED_TRANSFORMER_DEVICE")
-    if device:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    if not device:
+        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    return torch.device(device)
 
 def set_seed(seed: int) -> None:
     "Seed Python's, PyTorch's (CPU and every GPU) random number generators."
@@ -51,7 +47,6 @@ def set_rng_state(tensors: dict[str, torch.Tensor], data: dict) -> None:
 
 # %% ../nbs/11_devices.ipynb #d966156c
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-_AUTOCAST_DEVICES = ("cuda", "cpu")  # device types on which mixed precision is offered
 
 def cpu_bf16_native() -> bool:
     "Whether this CPU multiplies bfloat16 matrices in hardware (Intel AMX or AVX512-BF16), as torch reports it."
@@ -68,7 +63,7 @@ def resolve_precision(device: torch.device,  # where the model runs
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
         return "bf16" if device.type == "cpu" and cpu_bf16_native() else "fp32"
-    if precision != "fp32" and device.type not in _AUTOCAST_DEVICES:
+    if precision != "fp32" and device.type not in ("cuda", "cpu"):
         raise ValueError(f"mixed precision ({precision}) is supported on cuda and cpu, not on {device.type}; "
                          "use precision='fp32'")
     return precision

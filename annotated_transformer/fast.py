@@ -7,8 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/fast.html.md
 # %% auto #0
 __all__ = ['GPU_ATTENTION_KERNELS', 'DROPOUT_BITS', 'GPU_CHUNK_ELEMENTS', 'FAST_VERSIONS', 'masked_score',
            'FastMultiHeadedAttention', 'capture_attention', 'dropout_mask', 'FastDropout', 'FastFeedForward',
-           'FastLayerNorm', 'FastLabelSmoothing', 'fused_label_smoothing_loss', 'FusedGenerator', 'FastLossCompute',
-           'speed_up']
+           'FastLayerNorm', 'FastLabelSmoothing', 'FastLossCompute', 'speed_up']
 
 # %% ../nbs/10_fast.ipynb #c031feaa
 import math
@@ -21,7 +20,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import MultiHeadedAttention
 from .layers import LayerNorm, PositionwiseFeedForward
-from .model import Generator
 from .training import LabelSmoothing, SimpleLossCompute
 
 # %% ../nbs/10_fast.ipynb #1402b853
@@ -29,13 +27,11 @@ def masked_score(dtype: torch.dtype) -> float:
     "The additive score of a forbidden key: -1e9, or minus half the largest float16 in float16."
     return -min(1e9, torch.finfo(dtype).max / 2)
 
-# The kernels `FastMultiHeadedAttention` lets PyTorch choose from on a GPU. cuDNN's attention is left out: it
-# builds an execution plan for every new (batch, length) shape, which takes as long as many training steps, and
-# batches made by token count bring new shapes at nearly every step (benchmarks/gpu_h100/ has the measurements).
+# The GPU kernels `FastMultiHeadedAttention` allows: not cuDNN's, which plans anew for every batch shape.
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 class FastMultiHeadedAttention(MultiHeadedAttention):
-    "`MultiHeadedAttention` that keeps no weights: `F.scaled_dot_product_attention`, or equation 1 written out to train on a CPU."
+    "`MultiHeadedAttention` keeping no weights: `F.scaled_dot_product_attention`, or equation 1 written out on a CPU."
     def attend(self, q, k, v, mask):  # q: (batch, h, queries, d_k); k, v: (batch, h, keys, d_k)
         self.attn = None
         if q.device.type == "cpu" and torch.is_grad_enabled():  # a CPU training pass: the steps written out are faster
@@ -51,7 +47,7 @@ class FastMultiHeadedAttention(MultiHeadedAttention):
                                                   dropout_p=self.dropout.p if self.training else 0.0)
 
     def attend_written_out(self, q, k, v, mask):
-        "Equation 1 step by step, as the plain layer computes it, but with a float32 softmax and `dropout_mask`'s masks."
+        "Equation 1 step by step, as the plain layer computes it, with a float32 softmax and `dropout_mask`'s masks."
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (batch, h, queries, keys); bf16 under autocast
         if mask is not None:
             scores = scores.masked_fill(mask == 0, masked_score(scores.dtype))
@@ -79,7 +75,7 @@ DROPOUT_BITS = 15  # random bits behind one dropout decision on the CPU (fixed: 
 def dropout_mask(shape: tuple[int, ...],  # shape of the tensor whose entries dropout zeroes
                  p: float,  # probability of dropping an entry, in [0, 1]
                  device: torch.device | str = "cpu",  # where the mask is needed
-                 ) -> tuple[torch.Tensor, float]:  # (boolean mask, True = dropped; the scale 1/(1-p') of the kept entries)
+                 ) -> tuple[torch.Tensor, float]:  # (boolean mask, True = dropped; the kept entries' scale 1/(1-p'))
     "Which entries dropout zeroes; on the CPU from 16 or 15 random bits each, p rounded to p', a multiple of 2**-15."
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
@@ -100,10 +96,9 @@ class _Dropout(torch.autograd.Function):
     "Dropout with a `dropout_mask`; keeps only the boolean mask for the backward pass."
     @staticmethod
     def forward(ctx, x, p: float):
-        dropped, scale = dropout_mask(x.shape, p, x.device)
-        ctx.scale = scale
+        dropped, ctx.scale = dropout_mask(x.shape, p, x.device)
         ctx.save_for_backward(dropped)
-        return x.mul(scale).masked_fill_(dropped, 0.0)
+        return x.mul(ctx.scale).masked_fill_(dropped, 0.0)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -111,7 +106,7 @@ class _Dropout(torch.autograd.Function):
         return grad_out.mul(ctx.scale).masked_fill_(dropped, 0.0), None
 
 class FastDropout(nn.Dropout):
-    "`nn.Dropout` whose masks take a quarter of the random bits on the CPU (`dropout_mask`) and keep one byte per entry."
+    "`nn.Dropout` whose CPU masks take a quarter of the random bits (`dropout_mask`) and keep one byte per entry."
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # any shape -> same (never in place: `inplace` is ignored)
         if not self.training or self.p == 0 or x.device.type != "cpu":  # identity, or a GPU's fused kernel
             return super().forward(x)
@@ -123,22 +118,20 @@ class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, p: float):
         if p > 0:
-            dropped, scale = dropout_mask(h.shape, p, h.device)
-            out = h.masked_fill(dropped, 0.0).relu_().mul_(scale)
+            dropped, ctx.scale = dropout_mask(h.shape, p, h.device)
+            out = h.masked_fill(dropped, 0.0).relu_().mul_(ctx.scale)
         else:
-            out, scale = h.relu(), 1.0
-        ctx.scale = scale
+            out, ctx.scale = h.relu(), 1.0
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         (out,) = ctx.saved_tensors
-        grad = grad_out * ctx.scale if ctx.scale != 1.0 else grad_out
-        return torch.ops.aten.threshold_backward(grad, out, 0), None  # grad where out > 0, else 0: one pass
+        return torch.ops.aten.threshold_backward(grad_out * ctx.scale, out, 0), None  # grad where out > 0, else 0
 
 class FastFeedForward(PositionwiseFeedForward):
-    "`PositionwiseFeedForward` whose training pass runs dropout(relu(.)) as `_ReluDropout` (keeps one tensor, not three)."
+    "`PositionwiseFeedForward` whose training pass runs dropout(relu(.)) as `_ReluDropout`: one tensor kept, not three."
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, d_model) -> same
         if not torch.is_grad_enabled():  # nothing is kept for a backward pass: the plain version is as good
             return super().forward(x)
@@ -161,7 +154,7 @@ class _LayerNormFunction(torch.autograd.Function):
         x_hat, a, inv, std = ctx.saved_tensors
         n = x_hat.size(-1)
         lead = tuple(range(x_hat.dim() - 1))
-        dy_x_hat = grad_out * x_hat  # (..., n): its sum over rows is a's gradient; over features, weighted by a, sum_k g_k x_hat_k
+        dy_x_hat = grad_out * x_hat  # (..., n): summed over rows, a's gradient; times a: sum_k g_k x_hat_k
         grad_a, grad_b = dy_x_hat.sum(lead), grad_out.sum(lead)
         g_dot_x_hat = (dy_x_hat @ a).unsqueeze(-1)  # sum_k g_k x_hat_k, (..., 1)
         g_mean = (grad_out @ a).unsqueeze(-1) / n  # mean of g = grad_out * a, (..., 1)
@@ -177,65 +170,47 @@ class FastLayerNorm(LayerNorm):
 # %% ../nbs/10_fast.ipynb #ff7544eb
 def _xlogx(v: float) -> float: return 0.0 if v == 0 else v * math.log(v)
 
+def _smoothed_loss(gold, total, pad, V: int, c: float, e: float):
+    "Each row's loss, from log p of its gold token, of all V tokens summed and of padding: the formula above."
+    return _xlogx(c) + (V - 2) * _xlogx(e) - c * gold - e * (total - gold - pad)
+
 class FastLabelSmoothing(LabelSmoothing):
     "`LabelSmoothing` computed in closed form: one gather and one row sum per token, no (tokens, V) target."
     def forward(self,
                 x: torch.Tensor,  # (tokens, V) log-probabilities
                 target: torch.Tensor,  # (tokens,) gold ids
                 ) -> torch.Tensor:  # scalar: the same sum as `LabelSmoothing`
-        V, c = self.size, self.confidence
-        e = self.smoothing / (V - 2)
-        x = x.float()  # sums over V log-probabilities: in 16 bits (CPU autocast keeps log_softmax there) they lose digits
         keep = target != self.padding_idx  # (tokens,)
-        x, target = x[keep], target[keep]  # drop pad rows: (kept, V)
+        x, target = x[keep].float(), target[keep]  # pad rows dropped: (kept, V); sums over V in 16 bits lose digits
         gold = x.gather(1, target.unsqueeze(1)).squeeze(1)  # log p of the gold token, (kept,)
-        constant = _xlogx(c) + (V - 2) * _xlogx(e)  # sum_j t log t, the same for every row
-        loss = -c * gold
-        if e > 0:
-            others = x.sum(1) - gold - x[:, self.padding_idx]  # sum of log p over the V-2 other tokens
-            loss = loss - e * others
-        return (loss + constant).sum()
+        return _smoothed_loss(gold, x.sum(1), x[:, self.padding_idx], self.size, self.confidence,
+                              self.smoothing / (self.size - 2)).sum()
 
 # %% ../nbs/10_fast.ipynb #bcff18f1
 class _FusedProjectionLabelSmoothing(torch.autograd.Function):
     "Summed label-smoothed KL loss of softmax(x W^T + b), gradients computed in forward (chunk by chunk when eager)."
     @staticmethod
-    def forward(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size):
-        # The three matrix products run in bf16 when the caller has bf16 autocast on, as autocast would run the
-        # output layer's forward and backward; softmax, loss and the sums over chunks stay in float32. Under fp16
-        # autocast they stay in float32 too: the gradient p - t is computed here before the loss scaler
-        # multiplies it (in `backward`), and its small entries would underflow in fp16.
-        device = x.device.type
-        bf16 = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
-        with torch.autocast(device, enabled=False):  # dtypes are chosen explicitly below
-            return _FusedProjectionLabelSmoothing._forward_chunks(
-                ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size,
-                torch.bfloat16 if bf16 else torch.float32)
-
-    @staticmethod
-    def _forward_chunks(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size, mm_dtype):
+    def forward(ctx, x, weight, bias, target, confidence, smoothing_each, padding_idx, chunk_size, mm_dtype):
         # x: (tokens, d_model); weight: (V, d_model); bias: (V,); target: (tokens,), padding rows weigh 0.
-        # Every update below is out of place: under torch.compile, PyTorch 2.11 loses in-place updates made in
-        # here, and every gradient comes out zero (the compiled-step test below checks the gradients).
+        # The three matrix products run in `mm_dtype`, all else in float32. Every update is out of place: under
+        # torch.compile, PyTorch 2.11 loses in-place updates made in here (the compiled-step test checks the gradients).
         V = weight.size(0)
-        const = _xlogx(confidence) + (V - 2) * _xlogx(smoothing_each)  # sum_j t log t per row
         w, b = weight.to(mm_dtype), bias.to(mm_dtype)  # (V, d_model), (V,)
         smooth_row = (torch.arange(V, device=x.device) != padding_idx).float() * smoothing_each  # (V,): 0 at padding
         grad_x = []  # per chunk, (c, d_model)
         grad_w = torch.zeros(weight.shape, device=x.device)  # (V, d_model), float32: summed over chunks
         grad_b = torch.zeros(bias.shape, device=x.device)  # (V,)
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
-        # Under torch.compile the whole batch is one chunk: a loop over a number of chunks that depends on the batch
-        # would be unrolled into the graph, and every new number of chunks would compile the step again.
         chunks = [(x, target)] if torch.compiler.is_compiling() else zip(x.split(chunk_size), target.split(chunk_size))
-        for xc, yc in chunks:  # (c, d), (c,): c <= chunk_size in eager mode
+        for xc, yc in chunks:  # (c, d), (c,): c <= chunk_size when eager, the whole batch under torch.compile
             xc, yc = xc.to(mm_dtype), yc.unsqueeze(1)  # (c, d), (c, 1)
             real = (yc != padding_idx).to(mm_dtype)  # (c, 1): 1 for a real token, 0 for padding
             z = torch.addmm(b, xc, w.t()).float()  # logits (c, V)
             lse = z.logsumexp(dim=1, keepdim=True)  # (c, 1)
             gold = z.gather(1, yc) - lse  # log p(gold), (c, 1)
-            others = z.sum(1, keepdim=True) - z[:, padding_idx:padding_idx + 1] - (gold + lse) - (V - 2) * lse
-            loss = loss + (real.float() * (const - confidence * gold - smoothing_each * others)).sum()
+            rows = _smoothed_loss(gold, z.sum(1, keepdim=True) - V * lse, z[:, padding_idx:padding_idx + 1] - lse,
+                                  V, confidence, smoothing_each)  # (c, 1)
+            loss = loss + (real.float() * rows).sum()
             # gradient at the logits: p - t, with t = e everywhere but c at the gold id and 0 at padding
             gold_lift = torch.full(yc.shape, smoothing_each - confidence, device=x.device)  # (c, 1): t at gold, e -> c
             g = (z.softmax(dim=1) - smooth_row).scatter_add(1, yc, gold_lift).to(mm_dtype)  # (c, V)
@@ -248,49 +223,36 @@ class _FusedProjectionLabelSmoothing(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         grad_x, grad_w, grad_b = ctx.saved_tensors
-        return grad_x * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None, None
+        return grad_x * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None, None, None
 
 # %% ../nbs/10_fast.ipynb #00d84bd4
 GPU_CHUNK_ELEMENTS = 2 ** 25  # logits per chunk on a GPU (128 MB in float32): each chunk costs a dozen kernel launches
 
-def fused_label_smoothing_loss(
-    x: torch.Tensor,  # (tokens, d_model) decoder states
-    generator: nn.Module,  # a `Generator` (its `proj` linear layer is used)
-    target: torch.Tensor,  # (tokens,) gold ids; rows whose id is the padding id add nothing
-    criterion: LabelSmoothing,  # supplies V, padding id and smoothing
-    chunk_size: int = 512,  # tokens per chunk when eager, on a CPU; memory ~ chunk_size x V (512: fastest of 256-1024)
-) -> torch.Tensor:  # scalar: the same value as criterion(generator(x), target)
-    "Output projection + log-softmax + label-smoothed loss; when eager, without materialising all the logits."
-    proj = generator.proj
-    if proj.weight.size(0) != criterion.size:
-        raise ValueError(f"generator has {proj.weight.size(0)} outputs but the criterion expects V={criterion.size}")
-    e = criterion.smoothing / (criterion.size - 2)
-    if x.is_cuda:  # a GPU has memory to spare but launches are dear: chunks as large as GPU_CHUNK_ELEMENTS allows
-        chunk_size = max(chunk_size, GPU_CHUNK_ELEMENTS // criterion.size)
-    return _FusedProjectionLabelSmoothing.apply(x, proj.weight, proj.bias, target, criterion.confidence, e,
-                                                criterion.padding_idx, chunk_size)
-
-class FusedGenerator(Generator):
-    "A `Generator` whose label-smoothed loss `FastLossCompute` computes fused with its projection."
-
-# %% ../nbs/10_fast.ipynb #a2a3f127
 class FastLossCompute(SimpleLossCompute):
-    "`SimpleLossCompute` with the generator's fused loss when it has one."
+    "`SimpleLossCompute` for a `Generator` and a `LabelSmoothing`, the output layer fused with the loss."
+    chunk_size = 512  # tokens per chunk when eager, on a CPU; memory ~ chunk_size x V (512: fastest of 256-1024)
+
     def __call__(self,
                  x: torch.Tensor,  # decoder output (batch, tgt_len, d_model)
-                 y: torch.Tensor,  # gold ids (batch, tgt_len)
+                 y: torch.Tensor,  # gold ids (batch, tgt_len); rows whose id is the padding id add nothing
                  norm: float):  # normaliser, usually the number of non-pad target tokens
-        x, y = x.reshape(-1, x.size(-1)), y.reshape(-1)  # (positions, d_model), (positions,)
-        if isinstance(self.generator, FusedGenerator) and isinstance(self.criterion, LabelSmoothing):
-            sloss = fused_label_smoothing_loss(x, self.generator, y, self.criterion) / norm
-        else:
-            sloss = self.criterion(self.generator(x).float(), y) / norm
+        proj, crit = self.generator.proj, self.criterion
+        if proj.weight.size(0) != crit.size:
+            raise ValueError(f"generator has {proj.weight.size(0)} outputs but the criterion expects V={crit.size}")
+        # a GPU has memory to spare but launches are dear: chunks as large as GPU_CHUNK_ELEMENTS allows
+        chunk_size = max(self.chunk_size, GPU_CHUNK_ELEMENTS // crit.size) if x.is_cuda else self.chunk_size
+        device = x.device.type
+        bf16 = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+        with torch.autocast(device, enabled=False):  # bf16 or float32, never fp16: p - t would underflow
+            sloss = _FusedProjectionLabelSmoothing.apply(
+                x.reshape(-1, x.size(-1)), proj.weight, proj.bias, y.reshape(-1), crit.confidence,
+                crit.smoothing / (crit.size - 2), crit.padding_idx, chunk_size,
+                torch.bfloat16 if bf16 else torch.float32) / norm
         return sloss.detach() * norm, sloss
 
 # %% ../nbs/10_fast.ipynb #f1c79547
 FAST_VERSIONS = {MultiHeadedAttention: FastMultiHeadedAttention, PositionwiseFeedForward: FastFeedForward,
-                 LayerNorm: FastLayerNorm, nn.Dropout: FastDropout, Generator: FusedGenerator,
-                 LabelSmoothing: FastLabelSmoothing}
+                 LayerNorm: FastLayerNorm, nn.Dropout: FastDropout, LabelSmoothing: FastLabelSmoothing}
 
 def speed_up(model: nn.Module,  # e.g. an `EncoderDecoder` from `make_model`, or a `LabelSmoothing`
              enabled: bool = True,  # False: switch back to the plain modules

@@ -10,7 +10,6 @@ __all__ = ['PRESETS', 'LIMITS', 'EncoderDecoder', 'Generator', 'EncoderLayer', '
 
 # %% ../nbs/03_model.ipynb #19f1471e
 import copy
-import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -158,9 +157,7 @@ class Limit:
     def __str__(self) -> str:
         return f"in [{self.low}, {self.high})" if self.high_excluded else f"{self.low}..{self.high}"
 
-# The range of each ModelConfig setting that has one. ModelConfig checks it, the commands' options and the
-# checkpoint loader read it. The largest sizes are far above any model here: they refuse a typo in an option
-# or a config.json before it allocates a model of that size.
+# The range of each ModelConfig setting that has one; the commands' options and the checkpoint loader read it too.
 LIMITS = {
     "src_vocab": Limit(0, 1 << 22), "tgt_vocab": Limit(0, 1 << 22),  # 0: not known yet (the data decides)
     "N": Limit(1, 1000), "d_model": Limit(2, 65536), "d_ff": Limit(1, 1 << 20), "h": Limit(1, 4096),
@@ -188,25 +185,17 @@ class ModelConfig:
     d_ff: int = 2048  # feed-forward inner width
     h: int = 8  # attention heads
     dropout: float = 0.1  # dropout everywhere (residual, attention weights, embeddings)
-    tie_embeddings: bool | None = None  # share source/target embeddings and output projection (section 3.4); None: when the vocabulary is shared
+    tie_embeddings: bool | None = None  # one matrix for the embeddings and output layer (3.4); None: if one vocabulary
     pre_norm: bool = True  # True: Annotated Transformer layout; False: the paper's post-norm
     max_len: int = 5000  # longest sequence the positional encoding covers
 
-    def __post_init__(self):
-        problem = self.problem()
-        if problem:
-            raise ValueError(f"invalid model configuration: {problem}")
-
-    def problem(self) -> str | None:
-        "What is wrong with these settings, in one sentence (None if nothing)."
+    def __post_init__(self):  # refuse settings that cannot make a model, with the reason
         for name, limit in LIMITS.items():
             if getattr(self, name) not in limit:
-                return f"{name}={getattr(self, name)} must be {limit}"
-        if self.d_model % self.h:
-            return f"d_model={self.d_model} must be a positive multiple of the number of heads h={self.h}"
-        if self.d_model % 2:
-            return f"d_model={self.d_model} must be even (the positional encoding pairs sines and cosines)"
-        return None
+                raise ValueError(f"invalid model configuration: {name}={getattr(self, name)} must be {limit}")
+        if self.d_model % self.h or self.d_model % 2:  # the positional encoding pairs sines and cosines
+            raise ValueError(f"invalid model configuration: d_model={self.d_model} must be even and a multiple of the "
+                             f"number of heads h={self.h}")
 
     def with_vocab(self, src_vocab: int, tgt_vocab: int,
                    shared: bool = False,  # one vocabulary for both languages: tie_embeddings=None becomes True
@@ -214,13 +203,6 @@ class ModelConfig:
         "These settings with the vocabulary sizes of the data (and tie_embeddings decided)."
         tie = shared if self.tie_embeddings is None else self.tie_embeddings
         return replace(self, src_vocab=src_vocab, tgt_vocab=tgt_vocab, tie_embeddings=tie)
-
-    @classmethod
-    def preset(cls, name: str, src_vocab: int = 0, tgt_vocab: int = 0, **overrides) -> "ModelConfig":
-        "A named preset ('small', 'base', 'big') with optional overrides."
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-        return cls(src_vocab=src_vocab, tgt_vocab=tgt_vocab, **{**PRESETS[name], **overrides})
 
     def to_dict(self) -> dict: return asdict(self)
 
@@ -231,8 +213,7 @@ class ModelConfig:
         "Settings read back from JSON, refused with the setting's name: an unknown key, a value of another type."
         types = {f.name: f.type for f in fields(cls)}
         if set(d) - set(types):
-            raise ValueError(f"unknown model configuration keys {sorted(set(d) - set(types))}; "
-                             f"expected a subset of {sorted(types)}")
+            raise ValueError(f"unknown model settings {sorted(set(d) - set(types))}; expected some of {sorted(types)}")
         for name, value in d.items():
             if not _json_fits(value, types[name]):
                 raise ValueError(f"{source}.{name} is {value!r}, expected {types[name]}")
@@ -241,16 +222,13 @@ class ModelConfig:
         except ValueError as e:  # out of its range
             raise ValueError(f"{source}: {e}") from None
 
-    def to_json(self) -> str: return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
 # %% ../nbs/03_model.ipynb #a3a8e805
 def build_model(cfg: ModelConfig) -> EncoderDecoder:
     "Construct and initialise the Transformer described by `cfg`."
     if cfg.src_vocab < 1 or cfg.tgt_vocab < 1:
         raise ValueError(f"vocabulary sizes {cfg.src_vocab}/{cfg.tgt_vocab}: both must be set (at least 1)")
     if cfg.tie_embeddings and cfg.src_vocab != cfg.tgt_vocab:
-        raise ValueError(f"tie_embeddings needs one shared vocabulary, got src_vocab={cfg.src_vocab} "
-                         f"and tgt_vocab={cfg.tgt_vocab}")
+        raise ValueError(f"tie_embeddings needs one shared vocabulary, not {cfg.src_vocab} and {cfg.tgt_vocab} tokens")
     c = copy.deepcopy
     attn = MultiHeadedAttention(cfg.h, cfg.d_model, cfg.dropout)
     ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
@@ -288,7 +266,8 @@ def make_model(
     preset: str | None = None,  # 'small', 'base' or 'big': replaces N, d_model, d_ff, h, dropout
 ) -> EncoderDecoder:
     "Build a Transformer; the classic signature of The Annotated Transformer plus tying, norm placement and presets."
-    options = dict(tie_embeddings=tie_embeddings, pre_norm=pre_norm, max_len=max_len)
-    if preset is not None:
-        return build_model(ModelConfig.preset(preset, src_vocab, tgt_vocab, **options))
-    return build_model(ModelConfig(src_vocab, tgt_vocab, N=N, d_model=d_model, d_ff=d_ff, h=h, dropout=dropout, **options))
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    sizes = dict(N=N, d_model=d_model, d_ff=d_ff, h=h, dropout=dropout) if preset is None else PRESETS[preset]
+    return build_model(ModelConfig(src_vocab, tgt_vocab, **sizes, tie_embeddings=tie_embeddings, pre_norm=pre_norm,
+                                   max_len=max_len))

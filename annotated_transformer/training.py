@@ -69,7 +69,7 @@ class LabelSmoothing(nn.Module):
                 x: torch.Tensor,  # (tokens, V) log-probabilities
                 target: torch.Tensor,  # (tokens,) gold ids
                 ) -> torch.Tensor:  # scalar: summed KL divergence
-        assert x.dim() == 2 and x.size(1) == self.size, f"expected log-probabilities (tokens, {self.size}), got {tuple(x.shape)}"
+        assert x.shape[1:] == (self.size,), f"expected log-probabilities (tokens, {self.size}), got {tuple(x.shape)}"
         self.true_dist = self.target_distribution(target, x.dtype)
         return self.criterion(x, self.true_dist)
 
