@@ -206,7 +206,8 @@ class MultiHeadedAttention(nn.Module):
         if mask is not None:
             mask = mask.unsqueeze(1)  # the same mask for every head: (batch, 1, queries or 1, keys)
         q = self.heads(self.linears[0](query))  # Q W^Q, (batch, h, queries, d_k)
-        k, v = self.heads(self.linears[1](key)), self.heads(self.linears[2](value))  # K W^K, V W^V: (batch, h, keys, d_k)
+        k = self.heads(self.linears[1](key))  # K W^K, (batch, h, keys, d_k)
+        v = self.heads(self.linears[2](value))  # V W^V, (batch, h, keys, d_k)
         x = self.attend(q, k, v, mask)  # (batch, h, queries, d_k)
         x = x.transpose(1, 2).contiguous().view(query.size(0), -1, self.h * self.d_k)  # Concat(heads)
         return self.linears[3](x)  # W^O
@@ -265,7 +266,7 @@ test_fail(lambda: MultiHeadedAttention(h=3, d_model=32), contains="not divisible
 # %% [markdown]
 # # Building blocks
 #
-# > Position-wise feed-forward networks (3.3), embeddings (3.4), positional encoding (3.5), layer normalization and residual connections (3.1).
+# > Feed-forward networks (3.3), embeddings (3.4), positional encoding (3.5), layer norm and residual connections (3.1).
 
 # %%
 import math
@@ -396,7 +397,8 @@ def sinusoid_table(max_len: int,  # number of positions
     if d_model % 2:
         raise ValueError(f"the sinusoidal encoding needs an even d_model, got {d_model}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
-    omega = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model))  # 1/10000^(2i/d)
+    # one angular frequency for each pair of dimensions: 1/10000^(2i/d_model)
+    omega = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model))
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * omega)  # even dimensions: sine
     table[:, 1::2] = torch.cos(position * omega)  # odd dimensions: cosine
@@ -1152,7 +1154,7 @@ print(b.tgt_mask[0].int())
 
 # %% [markdown]
 # # Training
-# > The optimizer and learning-rate schedule (5.3), label smoothing (5.4), the loss, the training loop and greedy decoding.
+# > The optimizer and rate schedule (5.3), label smoothing (5.4), the loss, the training loop and greedy decoding.
 
 # %%
 from dataclasses import asdict, dataclass

@@ -2,7 +2,8 @@
 
 ```python
 from annotated_transformer.attention import MultiHeadedAttention, attention, clones
-from annotated_transformer.layers import LayerNorm, PositionalEncoding, PositionwiseFeedForward, SublayerConnection, Embeddings
+from annotated_transformer.layers import (Embeddings, LayerNorm, PositionalEncoding, PositionwiseFeedForward,
+                                          SublayerConnection)
 from annotated_transformer.model import EncoderDecoder, Generator, ModelConfig, make_model, subsequent_mask
 from annotated_transformer.batches import Batch
 from annotated_transformer.training import LabelSmoothing, SimpleLossCompute, TrainState, greedy_decode, rate, run_epoch
@@ -24,7 +25,8 @@ __version__ = "0.0.1"
 # The names above, each loaded from its module when it is first used (PEP 562): `import annotated_transformer` alone
 # loads nothing heavy, so the command can answer Ctrl-C before PyTorch loads (see its first lines, in the cli chapter).
 _MODULES = {"attention": ("MultiHeadedAttention", "attention", "clones"),
-            "layers": ("LayerNorm", "PositionalEncoding", "PositionwiseFeedForward", "SublayerConnection", "Embeddings"),
+            "layers": ("LayerNorm", "PositionalEncoding", "PositionwiseFeedForward", "SublayerConnection",
+                       "Embeddings"),
             "model": ("EncoderDecoder", "Generator", "ModelConfig", "make_model", "subsequent_mask"),
             "batches": ("Batch",),
             "training": ("LabelSmoothing", "SimpleLossCompute", "TrainState", "greedy_decode", "rate", "run_epoch"),
@@ -51,7 +53,7 @@ class _Package(_types.ModuleType):
 
     @attention.setter
     def attention(self, value):
-        if not isinstance(value, _types.ModuleType):  # Python binds a submodule to its name in the package: not this one
+        if not isinstance(value, _types.ModuleType):  # a submodule, which Python binds to its name: not this
             raise AttributeError(f"{__name__}.attention is the function of equation 1; it cannot be replaced")
 
 _sys.modules[__name__].__class__ = _Package

@@ -65,7 +65,8 @@ class MultiHeadedAttention(nn.Module):
         if mask is not None:
             mask = mask.unsqueeze(1)  # the same mask for every head: (batch, 1, queries or 1, keys)
         q = self.heads(self.linears[0](query))  # Q W^Q, (batch, h, queries, d_k)
-        k, v = self.heads(self.linears[1](key)), self.heads(self.linears[2](value))  # K W^K, V W^V: (batch, h, keys, d_k)
+        k = self.heads(self.linears[1](key))  # K W^K, (batch, h, keys, d_k)
+        v = self.heads(self.linears[2](value))  # V W^V, (batch, h, keys, d_k)
         x = self.attend(q, k, v, mask)  # (batch, h, queries, d_k)
         x = x.transpose(1, 2).contiguous().view(query.size(0), -1, self.h * self.d_k)  # Concat(heads)
         return self.linears[3](x)  # W^O

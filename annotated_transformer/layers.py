@@ -1,4 +1,4 @@
-"""Position-wise feed-forward networks (3.3), embeddings (3.4), positional encoding (3.5), layer normalization and residual connections (3.1).
+"""Feed-forward networks (3.3), embeddings (3.4), positional encoding (3.5), layer norm and residual connections (3.1).
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/layers.html.md"""
 
@@ -50,7 +50,8 @@ def sinusoid_table(max_len: int,  # number of positions
     if d_model % 2:
         raise ValueError(f"the sinusoidal encoding needs an even d_model, got {d_model}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
-    omega = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model))  # 1/10000^(2i/d)
+    # one angular frequency for each pair of dimensions: 1/10000^(2i/d_model)
+    omega = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model))
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * omega)  # even dimensions: sine
     table[:, 1::2] = torch.cos(position * omega)  # odd dimensions: cosine

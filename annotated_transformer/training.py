@@ -1,4 +1,4 @@
-"""The optimizer and learning-rate schedule (5.3), label smoothing (5.4), the loss, the training loop and greedy decoding.
+"""The optimizer and rate schedule (5.3), label smoothing (5.4), the loss, the training loop and greedy decoding.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/training.html.md"""
 
