@@ -23,9 +23,9 @@ def check_token_ids(x: torch.Tensor,  # integer token ids, any shape
                     what: str = "token id",  # how to name the ids in the error
                     ) -> None:
     "Raise a `ValueError` naming the first id of `x` outside 0..vocab-1 (call it on the CPU: it reads every id)."
-    bad = x[(x < 0) | (x >= vocab)]  # (bad ids,)
-    if bad.numel():
-        raise ValueError(f"{what} {int(bad[0])} is outside the vocabulary of {vocab} tokens (valid ids: 0..{vocab-1})")
+    if x.numel() and (int(x.max()) >= vocab or int(x.min()) < 0):
+        bad = int(x.max()) if int(x.max()) >= vocab else int(x.min())
+        raise ValueError(f"{what} {bad} is outside the vocabulary of {vocab} tokens (valid ids: 0..{vocab - 1})")
 
 # %% ../nbs/12_loop.ipynb #e464aa76
 def optimizer_step(model: nn.Module,  # whose parameters hold the accumulated gradients
