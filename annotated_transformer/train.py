@@ -90,7 +90,7 @@ class TrainConfig:
         "The model's settings, the preset's N, d_model, d_ff, h and dropout if one is named (no vocabularies yet)."
         return replace(self.model, **PRESETS[self.preset]) if self.preset else self.model
 
-    def dropout(self) -> float: return self.model_config().dropout
+    def dropout(self) -> float: return self.model_config().dropout  # the preset's if one is named
 
 # %% ../nbs/24_train.ipynb #c001d0a2
 def cooled_rate(step: int,  # optimizer steps taken so far
