@@ -385,11 +385,11 @@ class _Run:
         if cfg.rdrop and cfg.dropout() == 0:  # (the command refuses it)
             warnings.warn("rdrop > 0 with dropout 0: the two passes are one, R-Drop's term is always 0, and each step "
                           "costs twice; give the model dropout > 0 or set rdrop=0", stacklevel=3)
-        self.cfg, self.info, self.out, self.talk, self.data = cfg, info, out, talk, data  # talk: print (rank 0 only)
+        self.cfg, self.info, self.out, self.talk, self.data = cfg, info, out, talk, data  # talk: rank 0 prints
         model_config = cfg.model_config().with_vocab(len(data.src_vocab), len(data.tgt_vocab), data.shared)
         self.train_pairs, self.val_pairs = data.encoded("train"), data.encoded("val")  # encoded pairs
         _check_lengths(model_config, data, self.train_pairs, self.val_pairs, cfg.val_bleu_sentences)  # before training
-        # Batches of similar length up to max_tokens, shuffled anew each epoch, one shard per process (this one's here).
+        # Batches of similar length up to max_tokens, shuffled anew each epoch, one shard per process.
         self.sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in self.train_pairs], cfg.max_tokens,
                                           seed=cfg.seed, num_replicas=info.world_size, rank=info.rank)
         self.val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in self.val_pairs], cfg.max_tokens,
@@ -407,10 +407,11 @@ class _Run:
                   f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(self.sampler)} batches per epoch per process, "
                   f"{info.world_size} process(es) on {info.device}, precision {self.precision}")
         self.scheduler, self.resume_limit = _schedule(cfg, self.sampler, self.optimizer, model_config.d_model,
-                                                      scheduler, resumed)
+                                                      scheduler, resumed)  # (the limit: what `_resume` checks)
         criterion = speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing))
         self.loss_compute = FastLossCompute(model.generator, criterion)  # the label-smoothed loss (validation)
-        self.step_loss = RDropLoss(model.generator, criterion, cfg.rdrop) if cfg.rdrop else self.loss_compute  # trained
+        # what training backpropagates (the same, or R-Drop's), and what trains: the model, or DDP around it
+        self.step_loss = RDropLoss(model.generator, criterion, cfg.rdrop) if cfg.rdrop else self.loss_compute
         self.step_model = model if info.world_size == 1 else \
             DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
         self.vocab_files = vocabulary_texts(data.src_vocab, data.tgt_vocab)  # every checkpoint carries them
