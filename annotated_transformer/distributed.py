@@ -32,21 +32,17 @@ class DistInfo:
     @property
     def is_main(self) -> bool: return self.rank == 0
 
-def _whole_number(name: str, low: int) -> int:
-    "An environment variable as a whole number >= `low`; unset, it is 0 (torch names a missing one it needs)."
-    text = os.environ.get(name) or "0"
-    if not (text.strip().isdecimal() and int(text) >= low):
-        raise ValueError(f"environment variable {name}: expected a whole number >= {low}, got {text!r}")
-    return int(text)
-
 def distributed_environment() -> tuple[int, int, int] | None:  # (rank, world size, local rank); None: one process
     "The process's place in a run torchrun started (None without WORLD_SIZE), where torch's own checks are unclear."
     if not os.environ.get("WORLD_SIZE"):
         return None
-    rank, world, local_rank = (_whole_number(name, 1 if name == "WORLD_SIZE" else 0)
-                               for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    texts = {name: os.environ.get(name) or "0" for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}  # unset: torch says
+    for name, text in texts.items():
+        if not text.strip().isdecimal():  # torch's int() would not name the variable
+            raise ValueError(f"environment variable {name}: expected a whole number, got {text!r}")
+    rank, world, local_rank = map(int, texts.values())
     if rank >= world:  # torch would wait for the other ranks forever
-        raise ValueError(f"environment variable RANK is {rank}, but WORLD_SIZE={world} has ranks 0..{world - 1}")
+        raise ValueError(f"environment variable RANK is {rank}, but WORLD_SIZE={world} allows ranks below {world} only")
     return rank, world, local_rank
 
 # %% ../nbs/16_distributed.ipynb #3e5db46d
@@ -93,20 +89,16 @@ def stop_on_signals(info: DistInfo | None = None):  # this process's place in a 
         print(f"\n{name}: finishing the current step, then saving a checkpoint (again to stop at once)",
               file=sys.stderr)
     def stop() -> bool:
-        if info is None or info.world_size == 1:
-            asked = bool(requested)
-        else:
-            flag = torch.tensor([float(bool(requested))], device=info.device)
+        asked = bool(requested)
+        if info is not None and info.world_size > 1:
+            flag = torch.tensor([float(asked)], device=info.device)
             dist.all_reduce(flag)  # a stop asked on any rank stops every rank at the same step
             asked = bool(flag.item())
         if asked:
             saving.append(True)  # from here on the caller saves: later signals must not cut the save short
         return asked
-    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread only
-        yield stop
-        return
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, ask) for s in signals}
+    main = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread only
+    previous = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if main}
     try:
         yield stop
     finally:

@@ -36,15 +36,12 @@ def optimizer_step(model: nn.Module,  # whose parameters hold the accumulated gr
                    state: TrainState | None = None,  # its `step` counts the optimizer steps
                    ) -> None:
     "Apply the accumulated gradients: unscale, clip, step, clear; then step the schedule and count the step."
-    if scaler is not None:
-        scaler.unscale_(optimizer)
+    scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)  # a disabled scaler passes each call through
+    scaler.unscale_(optimizer)
     if max_grad_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
+    scaler.step(optimizer)  # (fp16: a step whose gradients are not finite is skipped)
+    scaler.update()
     optimizer.zero_grad(set_to_none=True)
     if scheduler is not None:
         scheduler.step()
@@ -84,10 +81,10 @@ def train_epoch(
     stop=None,  # () -> bool, asked after every optimizer step: True ends the epoch there
 ) -> tuple[float, TrainState]:  # (mean loss per target token, counters)
     "`run_epoch`'s training for real runs: device, precision, accumulation, clipping, progress, DDP, stops."
-    state = train_state if train_state is not None else TrainState()
+    state = train_state or TrainState()
     device = next(model.parameters()).device
     precision = resolve_precision(device, precision)
-    scaler = scaler if scaler is not None else make_grad_scaler(device, precision)
+    scaler = scaler or make_grad_scaler(device, precision) or torch.amp.GradScaler("cpu", enabled=False)  # (see above)
     model.train()
     total_loss, total_tokens, pending = torch.zeros((), device=device), 0, 0  # the loss is summed on the device
     off = {} if progress else {"disable": True}  # passed only to turn the bar off: TQDM_DISABLE=1 (for logs) still can
@@ -95,7 +92,7 @@ def train_epoch(
     started = shown = time.perf_counter()
     for batch in bar:
         batch, loss, loss_node = _forward(model, batch, loss_compute, precision, loss_norm)
-        (scaler.scale(loss_node) if scaler is not None else loss_node).backward()
+        scaler.scale(loss_node).backward()
         state.add_batch(batch)
         total_loss += loss
         total_tokens += batch.ntokens
@@ -155,13 +152,11 @@ def restore_trainer(tensors: dict[str, torch.Tensor], data: dict,  # what `train
                     ) -> tuple[TrainState, dict]:  # (counters, the `extra` dict)
     "Put back what `trainer_state` gathered."
     if optimizer is not None:
-        state = {}
+        state = {int(pid): dict(st) for pid, st in data["optimizer"]["plain_state"].items()}  # every parameter's
         for name, value in tensors.items():
             if name.startswith("optimizer.state."):
                 pid, key = name.removeprefix("optimizer.state.").split(".", 1)
                 state.setdefault(int(pid), {})[key] = value
-        for pid, st in data["optimizer"]["plain_state"].items():
-            state.setdefault(int(pid), {}).update(st)
         groups = [{k: tuple(v) if k == "betas" else v for k, v in g.items()} for g in data["optimizer"]["param_groups"]]
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     if scheduler is not None and data["scheduler"] is not None:

@@ -76,13 +76,9 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, dict):  # read back from train_config.json
             self.model = ModelConfig.from_dict(self.model)
-        check_path(self.out_dir, "out_dir")  # "" is not "the current folder": a script's unset variable
-        for name in ("data_dir", "corpus_dir", "init_from"):
-            if getattr(self, name) is not None:
+        for name in ("out_dir", "data_dir", "corpus_dir", "init_from"):  # "" is no folder: a script's unset variable
+            if name == "out_dir" or getattr(self, name) is not None:
                 check_path(getattr(self, name), name)
-        for name in ("src_lang", "tgt_lang"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name} must be a language code such as 'de', got {getattr(self, name)!r}")
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         if not (self.rdrop >= 0 and math.isfinite(self.rdrop)):
@@ -90,16 +86,11 @@ class TrainConfig:
         if self.cooldown is not None and not 0 <= self.cooldown <= self.epochs:
             raise ValueError(f"cooldown must be 0..epochs ({self.epochs}), got {self.cooldown}")
 
-    def dropout(self) -> float:
-        "The model's dropout: the preset's if one is named."
-        return PRESETS[self.preset]["dropout"] if self.preset else self.model.dropout
+    def model_config(self) -> ModelConfig:
+        "The model's settings, the preset's N, d_model, d_ff, h and dropout if one is named (no vocabularies yet)."
+        return replace(self.model, **PRESETS[self.preset]) if self.preset else self.model
 
-    def model_config(self, src_vocab: int, tgt_vocab: int,
-                     shared: bool = False,  # one vocabulary for both languages (then tied unless tie_embeddings=False)
-                     ) -> ModelConfig:
-        "The model's settings for vocabularies of these sizes (with the preset's sizes if one is named)."
-        model = replace(self.model, **PRESETS[self.preset]) if self.preset else self.model
-        return model.with_vocab(src_vocab, tgt_vocab, shared)
+    def dropout(self) -> float: return self.model_config().dropout  # the preset's if one is named
 
 # %% ../nbs/24_train.ipynb #c001d0a2
 def cooled_rate(step: int,  # optimizer steps taken so far
@@ -194,16 +185,13 @@ def _init_config(cfg: TrainConfig) -> ModelConfig:
                          f"{cfg.src_lang} to {cfg.tgt_lang}: set --src-lang and --tgt-lang to the model's")
     return saved_model_config(folder)  # every value's type and range checked
 
-def _check_shapes(init_config: ModelConfig,  # what `_init_config` read
-                  wanted: ModelConfig,  # the model the settings and the vocabularies describe
-                  folder: str,  # `TrainConfig.init_from`
-                  ) -> None:
-    "Refuse to fine-tune a model whose shapes the settings do not give (dropout may differ: it has no weights)."
+def _check_shapes(cfg: TrainConfig, init_config: ModelConfig, wanted: ModelConfig) -> None:
+    "Refuse settings without the shapes of the model `init_from` holds (dropout may differ: it has no weights)."
     saved, now = asdict(init_config), asdict(wanted)
     differ = [name for name in saved if name != "dropout" and saved[name] != now[name]]
     if differ:
-        raise ValueError(f"init_from {folder} holds a model with {', '.join(f'{n}={saved[n]}' for n in differ)}; "
-                         f"the settings give {', '.join(f'{n}={now[n]}' for n in differ)}: set the model options to "
+        raise ValueError(f"init_from {cfg.init_from} holds a model with {', '.join(f'{n}={saved[n]}' for n in differ)}"
+                         f"; the settings give {', '.join(f'{n}={now[n]}' for n in differ)}: set the model options to "
                          "the model you start from")
 
 # %% ../nbs/24_train.ipynb #3ce7a004
@@ -298,16 +286,13 @@ def _check_data(out: Path, fingerprint: dict, allow_changed: bool) -> None:
     if not ((out / "last").exists() and (out / DATA_FILE).is_file()):
         return  # a new run, or one saved before runs recorded their data: nothing to compare
     before = read_json(out / DATA_FILE)
-    changed = [s for s in ("train", "val") if not isinstance(before, dict) or before.get(s) != fingerprint[s]]
+    before = before if isinstance(before, dict) else {}
+    changed = " and ".join(s for s in ("train", "val") if before.get(s) != fingerprint[s])
     if changed and not allow_changed:
-        counts = "; ".join(f"{s}: {before[s]['pairs']:,} pairs then, {fingerprint[s]['pairs']:,} now"
-                           for s in changed if isinstance(before, dict) and isinstance(before.get(s), dict)
-                           and "pairs" in before[s])
-        raise ValueError(f"{out} was trained on other data: its {' and '.join(changed)} pairs changed "
-                         f"({counts or 'no record'}); resume on the data it began with, or pass --allow-changed-data "
-                         "(allow_changed_data=True) to go on with this data")
+        raise ValueError(f"{out} was trained on other data: its {changed} pairs changed; resume on the data it began "
+                         "with, or pass --allow-changed-data (allow_changed_data=True) to go on with this data")
     if changed:
-        print(f"resuming {out} on changed {' and '.join(changed)} data, as asked (--allow-changed-data)")
+        print(f"resuming {out} on changed {changed} data, as asked (--allow-changed-data)")
 
 # %% ../nbs/24_train.ipynb #aff4efe5
 def _check_lengths(cfg: ModelConfig, data: TranslationData, train_pairs, val_pairs, val_bleu_sentences) -> None:
@@ -339,17 +324,16 @@ class _FiniteLoss:
         "Raise `TrainingDiverged` if the last loss not yet read is not finite (call it once more after the epoch)."
         if self.previous is None:
             return
-        reported, total, step = self.previous
-        self.previous = None
-        finite = torch.isfinite(torch.stack([reported.float().sum(), total.float().sum()])).tolist()  # one read
+        (reported, total, step), self.previous = self.previous, None
+        reported, total = torch.stack([reported.float().sum(), total.float().sum()]).tolist()  # one read
         where = f"at step {step} (epoch {self.epoch + 1}): the run diverged and stopped without saving this epoch"
-        if not finite[0]:  # R-Drop, when on, is the likelier cause: its term can be far larger than the loss
-            tries = ((f"a smaller --rdrop (now {self.rdrop:g}), " if self.rdrop else "")
-                     + "a smaller --factor, a longer --warmup or --max-grad-norm 1")
-            raise TrainingDiverged(f"the training loss is {float(reported.float().sum())} {where}; try {tries}")
-        if not finite[1]:  # the label-smoothed loss is finite: what overflowed is the R-Drop term
+        if not math.isfinite(reported):  # R-Drop, when on, is the likelier cause: its term can be far larger
+            tries = f"a smaller --rdrop (now {self.rdrop:g}), " if self.rdrop else ""
+            raise TrainingDiverged(f"the training loss is {reported} {where}; try {tries}a smaller --factor, a longer "
+                                   "--warmup or --max-grad-norm 1")
+        if not math.isfinite(total):  # the label-smoothed loss is finite: what overflowed is the R-Drop term
             raise TrainingDiverged(f"the R-Drop term (--rdrop {self.rdrop:g} times the two passes' KL divergence) is "
-                                   f"{float(total.float().sum())} {where}; try a smaller --rdrop")
+                                   f"{total} {where}; try a smaller --rdrop")
 
 # %% ../nbs/24_train.ipynb #ba6ce5f2
 def validation_bleu(model: torch.nn.Module,  # the model being trained (put back in training mode afterwards)
@@ -361,52 +345,15 @@ def validation_bleu(model: torch.nn.Module,  # the model being trained (put back
         return None
     pairs = data.raw("val")[:limit]
     was_training = model.training
-    try:
-        translator = Translator(model, data.src_vocab, data.tgt_vocab, data.src_lang, data.tgt_lang)
-        hypotheses = translator.translate([s for s, _ in pairs], beam_size=1)
-    finally:
-        model.train(was_training)
+    translator = Translator(model, data.src_vocab, data.tgt_vocab, data.src_lang, data.tgt_lang)
+    hypotheses = translator.translate([s for s, _ in pairs], beam_size=1)
+    model.train(was_training)
     return round(bleu(hypotheses, [t for _, t in pairs])[0], 2)
 
 # %% ../nbs/24_train.ipynb #ded2b1d7
-@dataclass
-class _Run:
-    "What the epochs of a run share: its settings and place, the data, the model, the optimizer and the losses."
-    cfg: TrainConfig
-    info: DistInfo  # this process's place in the run
-    out: Path  # the run folder
-    talk: bool  # print progress (rank 0 only)
-    data: TranslationData
-    train_pairs: list  # encoded pairs
-    val_pairs: list
-    sampler: TokenBucketSampler  # the training batches, this process's share
-    val_sampler: TokenBucketSampler
-    model: torch.nn.Module  # what is validated and saved
-    step_model: torch.nn.Module  # what trains: the model, or DistributedDataParallel around it
-    optimizer: torch.optim.Optimizer
-    scheduler: object
-    loss_compute: FastLossCompute  # the label-smoothed loss (validation)
-    step_loss: object  # what training backpropagates: the same, or R-Drop's
-    vocab_files: dict  # every checkpoint carries the vocabularies
-    precision: str  # what "auto" means on this device: logged with every epoch
-
-def _model(cfg: TrainConfig, model_config: ModelConfig,
-           init_config: ModelConfig | None,  # fine-tuning: what `_init_config` read (None: a new model)
-           device: torch.device):
-    "The model with the toolkit's fast layers (`init_from`'s weights when fine-tuning), Adam and equation 3's schedule."
-    set_seed(cfg.seed)
-    model = speed_up(build_model(model_config))
-    if init_config is not None:  # fine-tuning (a resumed run loads last/ later)
-        _check_shapes(init_config, model_config, cfg.init_from)
-        load_weights(model, cfg.init_from)
-    model = model.to(device)
-    return (model, *make_optimizer(model, model.config.d_model, cfg.factor, cfg.warmup))
-
-def _schedule(cfg: TrainConfig,
-              resumed: dict | None,  # the settings the run was saved with (None: a new run)
-              sampler: TokenBucketSampler, optimizer: torch.optim.Optimizer,
+def _schedule(cfg: TrainConfig, sampler: TokenBucketSampler, optimizer: torch.optim.Optimizer, d_model: int,
               scheduler,  # equation 3's, from `make_optimizer`
-              d_model: int,
+              resumed: dict | None,  # the settings the run was saved with (None: a new run)
               ) -> tuple[object, tuple[float, int, int]]:  # (scheduler, (last step a resume may be at, saved schedule))
     "The run's schedule (equation 3, cooled down over the last epochs), and how far a resume may change it."
     old_epochs, old_cooldown = ((resumed["epochs"], resumed.get("cooldown", 0)) if resumed
@@ -425,54 +372,59 @@ def _schedule(cfg: TrainConfig,
         scheduler = LambdaLR(optimizer, lambda step: cooled_rate(step, d_model, cfg.factor, cfg.warmup,
                                                                  cooldown_start, total_steps))
     # a changed schedule may take over only before the old or the new cooldown begins: else the rate would jump
-    old_cooldown_start = _cooldown_start(steps, old_epochs, old_cooldown, cfg.warmup)
-    changed = (old_epochs, old_cooldown) != (cfg.epochs, cooldown)
-    fixed_from = min(cooldown_start, old_cooldown_start) if changed else math.inf
+    old_start = _cooldown_start(steps, old_epochs, old_cooldown, cfg.warmup)
+    fixed_from = min(cooldown_start, old_start) if (old_epochs, old_cooldown) != (cfg.epochs, cooldown) else math.inf
     return scheduler, (fixed_from, old_epochs, old_cooldown)
 
 # %% ../nbs/24_train.ipynb #1b2bcb2f
-def _build(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: TranslationData,
-           resumed: dict | None,  # the settings the run was saved with (None: a new run)
-           init_config: ModelConfig | None,  # fine-tuning: what `_init_config` read (None: a new model)
-           ) -> tuple[_Run, tuple[float, int, int]]:  # (the run, `_schedule`'s limit on a resume)
-    "The run's batches, model, optimizer, schedule and losses."
-    if cfg.rdrop and cfg.dropout() == 0:  # (the command refuses it)
-        warnings.warn("rdrop > 0 with dropout 0: the two passes are one, R-Drop's term is always 0, and each step "
-                      "costs twice; give the model dropout > 0 or set rdrop=0", stacklevel=3)
-    model_config = cfg.model_config(len(data.src_vocab), len(data.tgt_vocab), data.shared)
-    train_pairs, val_pairs = data.encoded("train"), data.encoded("val")
-    _check_lengths(model_config, data, train_pairs, val_pairs, cfg.val_bleu_sentences)  # before any training
-    # Batches of similar length up to max_tokens, shuffled anew each epoch, one shard per process.
-    sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in train_pairs], cfg.max_tokens, seed=cfg.seed,
-                                 num_replicas=info.world_size, rank=info.rank)
-    val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in val_pairs], cfg.max_tokens, shuffle=False)
-    model, optimizer, scheduler = _model(cfg, model_config, init_config, info.device)
-    precision = resolve_precision(info.device, cfg.precision)
-    if talk:  # before `_schedule` counts every epoch's batches
-        print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
-              f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(sampler)} batches per epoch per process, "
-              f"{info.world_size} process(es) on {info.device}, precision {precision}")
-    scheduler, limit = _schedule(cfg, resumed, sampler, optimizer, scheduler, model.config.d_model)
-    loss_compute = FastLossCompute(model.generator, speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing)))
-    step_loss = RDropLoss(model.generator, loss_compute.criterion, cfg.rdrop) if cfg.rdrop else loss_compute
-    step_model = model if info.world_size == 1 else \
-        DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
-    vocab_files = vocabulary_texts(data.src_vocab, data.tgt_vocab)  # every checkpoint carries the vocabularies
-    return _Run(cfg, info, out, talk, data, train_pairs, val_pairs, sampler, val_sampler, model, step_model, optimizer,
-                scheduler, loss_compute, step_loss, vocab_files, precision), limit
+class _Run:
+    "What the epochs of a run share, built once the checks have passed: batches, model, optimizer, schedule, losses."
+    def __init__(self, cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: TranslationData,
+                 resumed: dict | None,  # the settings the run was saved with (None: a new run)
+                 init_config: ModelConfig | None):  # fine-tuning: what `_init_config` read (None: a new model)
+        if cfg.rdrop and cfg.dropout() == 0:  # (the command refuses it)
+            warnings.warn("rdrop > 0 with dropout 0: the two passes are one, R-Drop's term is always 0, and each step "
+                          "costs twice; give the model dropout > 0 or set rdrop=0", stacklevel=3)
+        self.cfg, self.info, self.out, self.talk, self.data = cfg, info, out, talk, data  # talk: rank 0 prints
+        model_config = cfg.model_config().with_vocab(len(data.src_vocab), len(data.tgt_vocab), data.shared)
+        self.train_pairs, self.val_pairs = data.encoded("train"), data.encoded("val")  # encoded pairs
+        _check_lengths(model_config, data, self.train_pairs, self.val_pairs, cfg.val_bleu_sentences)  # before training
+        # Batches of similar length up to max_tokens, shuffled anew each epoch, one shard per process.
+        self.sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in self.train_pairs], cfg.max_tokens,
+                                          seed=cfg.seed, num_replicas=info.world_size, rank=info.rank)
+        self.val_sampler = TokenBucketSampler([max(len(s), len(t)) for s, t in self.val_pairs], cfg.max_tokens,
+                                              shuffle=False)
+        set_seed(cfg.seed)
+        self.model = model = speed_up(build_model(model_config))  # what is validated and saved, with the fast layers
+        if init_config is not None:  # fine-tuning (a resumed run loads last/ later)
+            _check_shapes(cfg, init_config, model_config)
+            load_weights(model, cfg.init_from)
+        model.to(info.device)
+        self.optimizer, scheduler = make_optimizer(model, model_config.d_model, cfg.factor, cfg.warmup)
+        self.precision = resolve_precision(info.device, cfg.precision)  # what "auto" means here: logged every epoch
+        if talk:  # before `_schedule` counts every epoch's batches
+            print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, vocabularies "
+                  f"{len(data.src_vocab)}/{len(data.tgt_vocab)}, {len(self.sampler)} batches per epoch per process, "
+                  f"{info.world_size} process(es) on {info.device}, precision {self.precision}")
+        self.scheduler, self.resume_limit = _schedule(cfg, self.sampler, self.optimizer, model_config.d_model,
+                                                      scheduler, resumed)  # (the limit: what `_resume` checks)
+        criterion = speed_up(LabelSmoothing(len(data.tgt_vocab), PAD, cfg.smoothing))
+        self.loss_compute = FastLossCompute(model.generator, criterion)  # the label-smoothed loss (validation)
+        # what training backpropagates (the same, or R-Drop's), and what trains: the model, or DDP around it
+        self.step_loss = RDropLoss(model.generator, criterion, cfg.rdrop) if cfg.rdrop else self.loss_compute
+        self.step_model = model if info.world_size == 1 else \
+            DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
+        self.vocab_files = vocabulary_texts(data.src_vocab, data.tgt_vocab)  # every checkpoint carries them
 
-def _resume(run: _Run,
-            limit: tuple[float, int, int],  # `_schedule`'s: the last step a resume may be at, the run's first schedule
-            ) -> tuple[TrainState, dict]:  # (counters, where last/ stands: epoch, batches_done and best score)
+def _resume(run: _Run) -> tuple[TrainState, dict]:  # (counters, where last/ stands: epoch, batches_done and best score)
     "Resume where an interrupted run stopped: weights, optimizer, schedule, counters, random generators."
-    cfg, out = run.cfg, run.out
+    cfg, out, (fixed_from, old_epochs, old_cooldown) = run.cfg, run.out, run.resume_limit
     state, position = TrainState(), {"epoch": -1}
     if (out / "last").exists():
         state, position = load_checkpoint(out / "last", run.model, run.optimizer, run.scheduler)
         if run.talk:
             print(f"resuming from {out / 'last'} at step {state.step}: epoch {position['epoch'] + 2}, "
                   f"{position.get('batches_done', 0)} batches into it")
-    fixed_from, old_epochs, old_cooldown = limit
     if state.step > fixed_from:  # the rate has left equation 3 (or would now): a new schedule would make it jump
         raise ValueError(f"{out} is at step {state.step}, past the step where a cooldown begins ({fixed_from}): "
                          f"resume it with --epochs {old_epochs} --cooldown {old_cooldown}, as it was started")
@@ -577,8 +529,8 @@ def _set_up(cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: Trans
     fingerprint = data_fingerprint(data)
     if info.is_main:
         _check_data(out, fingerprint, allow_changed_data)
-    run, limit = _build(cfg, info, out, talk, data, resumed, init_config)
-    state, position = _resume(run, limit)
+    run = _Run(cfg, info, out, talk, data, resumed, init_config)
+    state, position = _resume(run)
     if info.is_main:
         _save_settings(out, cfg, fingerprint)  # every check passed: from here on this folder holds these settings
     return run, state, position
