@@ -70,11 +70,11 @@ def history(record: dict,
 
 # %% ../nbs/31_experiments.ipynb #5e747017
 def _choice_columns(scored: dict,  # a candidate's or an ensemble's BLEU: {split: {"beam_K": {"bleu": ...}}}
-                    shown: tuple = (),  # a (split, beam) shown elsewhere in the row
+                    skip: tuple = (),  # a (split, beam) the row shows elsewhere
                     ) -> dict[str, float]:
     "The scores of a row's choice, one column each: 'choice: val beam 4', 'choice: test greedy'."
     return {f"choice: {split} {'greedy' if beam == 'beam_1' else f'beam {beam[5:]}'}": s["bleu"]
-            for split in ("val", "test") for beam, s in scored.get(split, {}).items() if (split, beam) != shown}
+            for split in ("val", "test") for beam, s in scored.get(split, {}).items() if (split, beam) != skip}
 
 def runs_table(record: dict,
                at_epochs: list[int] = (),  # epochs whose greedy val BLEU every run shows too (a dash: it stopped before)
@@ -96,7 +96,7 @@ def runs_table(record: dict,
                      "best at epoch": best_epoch(run) if "best epoch" in map(short, run["candidates"]) else None,
                      **{f"val greedy, {short(c)}": val_greedy(s) for c, s in run["candidates"].items()},
                      "choice": short(run["chosen"]),
-                     **_choice_columns(run["candidates"][run["chosen"]], shown=("val", "beam_1"))})
+                     **_choice_columns(run["candidates"][run["chosen"]], skip=("val", "beam_1"))})
     rows += [{"run": e["name"], "choice": "ensemble", **_choice_columns(e)} for e in record.get("ensembles", [])]
     table = pd.DataFrame(rows).set_index(["run", "seed"] if shown["seed"] else "run")
     for whole in ("epochs", "best at epoch"):  # none for an ensemble

@@ -120,7 +120,6 @@ def export_pretrained(checkpoint: str | Path,  # a checkpoint folder with weight
                       dtype: torch.dtype = torch.float16,  # how the weights are stored (torch.int8: the 8 bits of int8_rows)
                       ) -> Path:
     "Write a checkpoint's weights in float16 (or `dtype`) with its config and vocabularies (what the package ships)."
-    checkpoint, out = Path(checkpoint), Path(out)
     files = {**vocabulary_files(checkpoint),
              **({"results.json": json.dumps(results, indent=1, ensure_ascii=False) + "\n"} if results is not None else {})}
     return save_model(load_model(checkpoint), out, dtype=dtype,
