@@ -64,7 +64,7 @@ def machine(run: dict,  # a run of `record`
 def history(record: dict,
             key: str = "history",  # or "averaged_curve": greedy val BLEU of the last 5 epochs averaged, by the last
             ) -> pd.DataFrame:
-    "Every run's per-epoch records, one row an epoch: epoch, train_loss, val_loss, val_bleu (what `key` holds), run, seed."
+    "Every run's records under `key`, one row an epoch: epoch, losses and greedy val BLEU (what it holds), run, seed."
     return pd.concat([pd.DataFrame(run[key]).assign(run=run["name"], seed=run["seed"])
                       for run in record["runs"] if key in run], ignore_index=True)
 
@@ -77,7 +77,7 @@ def _choice_columns(scored: dict,  # a candidate's or an ensemble's BLEU: {split
             for split in ("val", "test") for beam, s in scored.get(split, {}).items() if (split, beam) != skip}
 
 def runs_table(record: dict,
-               at_epochs: list[int] = (),  # epochs whose greedy val BLEU every run shows too (a dash: it stopped before)
+               at_epochs: list[int] = (),  # epochs whose greedy val BLEU each run shows (a dash: it stopped before)
                ) -> pd.DataFrame:
     """One row a run (and seed): its precision and machine where the runs differ in them, the last epoch it trained
     (and how it ended, where a budget stopped a run), its greedy val BLEU after each of `at_epochs`, the epoch of its
@@ -124,7 +124,7 @@ def curves(record: dict,
         frame = frame.assign(run=frame.run + ", seed " + frame.seed.astype(str))
     frame = frame[(frame.epoch >= from_epoch) & (frame.run.isin(runs) if runs else True)].dropna(subset=[y])
     names = list(dict.fromkeys(frame.run))  # in the record's order
-    rows = frame.assign(i=frame.run.map(names.index))[["epoch", "i", y]]  # no empty cells: a run without an epoch has no row
+    rows = frame.assign(i=frame.run.map(names.index))[["epoch", "i", y]]  # a run lacking an epoch has no row there
     table = alt.InlineData(values=rows.to_csv(index=False, float_format="%.4g"), format=alt.DataFormat(type="csv"))
     return alt.Chart(table).transform_calculate(run=f"{json.dumps(names)}[datum.i]").mark_line(point=True).encode(
         x=alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1)), y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=False)),
@@ -152,7 +152,7 @@ def spread_between_runs(folder: str | Path,  # the experiments' records (the rep
 
 def single_epoch_spread(folder: str | Path,  # the experiments' records (the repository's results/experiments)
                         ) -> dict[str, float]:  # greedy val BLEU between the same epoch of two runs, by what differed
-    "The largest gap between the same epoch of two runs of one recipe, over all their epochs: the same two measurements."
+    "The largest gap between the same epoch of two runs of one recipe, over all epochs: the same two measurements."
     seeds = history(read_record("seeds", folder)).pivot(index="epoch", columns="seed", values="val_bleu")
     one, other = _one_run_on_two_cpus(folder)
     theirs = {r["epoch"]: r["val_bleu"] for r in epochs_done(other)}

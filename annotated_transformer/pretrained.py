@@ -17,11 +17,11 @@ from .recipe import RECIPE, build_pretrained
 from .train import TrainConfig
 
 # %% ../nbs/26_pretrained.ipynb #e75e0002
-def load_trained_model(path: str | Path | None = None,  # a folder written by `build_pretrained` (default: the shipped model)
+def load_trained_model(path: str | Path | None = None,  # a folder `build_pretrained` wrote (default: the shipped model)
                        device: str | None = None,  # default: the best available
                        data_dir: str | Path | None = None,  # Multi30k files, used only when training is needed
                        recipe: TrainConfig = RECIPE,  # what to train when no weights are found
-                       train_if_missing: bool = False,  # no weights in `path`: train them with `recipe` (hours) instead of an error
+                       train_if_missing: bool = False,  # no weights in `path`: train them (hours), not an error
                        ) -> Translator:
     """The trained Multi30k de->en model as a `Translator` (by default the shipped one); with `train_if_missing`,
     trains one run of `recipe` first if `path` has no weights."""

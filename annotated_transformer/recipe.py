@@ -13,6 +13,7 @@ __all__ = ['RECIPE', 'AVERAGE_LAST', 'BEST_CANDIDATE', 'AVERAGED_CANDIDATE', 'TE
 import json
 import os
 import platform
+import re
 import tempfile
 import time
 from dataclasses import asdict, replace
@@ -37,11 +38,9 @@ def hardware() -> str:
     "A short description of the machine that runs this code, for results records."
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    model = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():  # Linux names the CPU model there
-        model = next((l.split(":", 1)[1].strip() for l in cpuinfo.read_text().splitlines() if l.startswith("model name")), model)
-    return f"{os.cpu_count()} CPU cores ({platform.machine()}, {model or 'unknown CPU'})"
+    cpuinfo = Path("/proc/cpuinfo")  # Linux names the CPU model there; platform.processor() may not
+    names = re.findall(r"^model name\s*:\s*(.*?)\s*$", cpuinfo.read_text(), re.M) if cpuinfo.exists() else []
+    return f"{os.cpu_count()} CPU cores ({platform.machine()}, {(names + [platform.processor()])[0] or 'unknown CPU'})"
 
 # %% ../nbs/25_recipe.ipynb #45aee7e3
 def read_history(run_dir: Path) -> list[dict]:
@@ -73,14 +72,14 @@ def run_candidates(run: Path,  # a finished run's folder
     found = {BEST_CANDIDATE: run / "best"}
     epochs = len(list(run.glob("epoch_[0-9][0-9][0-9]")))
     for n in average_last:
-        if 1 < n <= epochs:  # averaged once: a finished average of the same epochs is kept
-            found[AVERAGED_CANDIDATE.format(n)] = average_checkpoints(last_checkpoints(run, n), run / f"avg{n}")  # vocabularies too
+        if 1 < n <= epochs:  # averaged once, vocabularies too: a finished average of the same epochs is kept
+            found[AVERAGED_CANDIDATE.format(n)] = average_checkpoints(last_checkpoints(run, n), run / f"avg{n}")
     return found
 
 def choose_on_val(candidates: dict[str, Path],  # name -> checkpoint folder
                   data_dir: str | Path | None = None, device: str | None = None,
                   limit: int | None = None,  # only the first `limit` val sentences (smoke tests)
-                  greedy_val_bleu=None,  # path -> greedy BLEU on val (default: decode it now); the runner passes its own
+                  greedy_val_bleu=None,  # path -> greedy val BLEU (default: decode it now); the runner passes its own
                   ) -> tuple[str, dict[str, float]]:  # the chosen name, and every candidate's validation BLEU
     "The candidate with the best greedy BLEU on the validation split (never on a test set)."
     greedy_val_bleu = greedy_val_bleu or (lambda path: evaluate_translator(
@@ -91,7 +90,7 @@ def choose_on_val(candidates: dict[str, Path],  # name -> checkpoint folder
 def train_and_choose(recipe: TrainConfig,  # what to train; its out_dir is the run's folder
                      average_last: int = AVERAGE_LAST,  # epoch checkpoints to average into the second candidate
                      device: str | None = None,  # default: the best available
-                     ) -> tuple[Path, str, dict[str, float]]:  # the chosen checkpoint folder, its name, each candidate's val BLEU
+                     ) -> tuple[Path, str, dict[str, float]]:  # the chosen folder, its name, each candidate's val BLEU
     "Train (or resume) `recipe`, average its last epochs, and choose between that average and the best epoch on val."
     run = Path(recipe.out_dir)
     train(recipe, device=device)
@@ -117,11 +116,12 @@ def portable(value,  # JSON: a dict, list, string, number...
 def export_pretrained(checkpoint: str | Path,  # a checkpoint folder with weights, config and vocabularies
                       out: str | Path,  # folder to write
                       results: dict | None = None,  # measurements to save as results.json
-                      dtype: torch.dtype = torch.float16,  # how the weights are stored (torch.int8: the 8 bits of int8_rows)
+                      dtype: torch.dtype = torch.float16,  # how the weights are stored (torch.int8: int8_rows)
                       ) -> Path:
     "Write a checkpoint's weights in float16 (or `dtype`) with its config and vocabularies (what the package ships)."
-    files = {**vocabulary_files(checkpoint),
-             **({"results.json": json.dumps(results, indent=1, ensure_ascii=False) + "\n"} if results is not None else {})}
+    files = vocabulary_files(checkpoint)
+    if results is not None:
+        files["results.json"] = json.dumps(results, indent=1, ensure_ascii=False) + "\n"
     return save_model(load_model(checkpoint), out, dtype=dtype,
                       extra_config=portable(read_config(checkpoint).get("extra", {})), files=files)
 
@@ -131,7 +131,7 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
                      data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                      average_last: int = AVERAGE_LAST,  # epoch checkpoints to average into the second candidate
                      device: str | None = None,  # default: the best available
-                     teacher_records: dict | None = None,  # a distilled recipe's teachers, {name: {checkpoint, val_bleu_greedy, train_hours}}, kept in results.json
+                     teacher_records: dict | None = None,  # {name: {checkpoint, val_bleu_greedy, train_hours}}
                      ) -> Path:
     "Train (or resume) `recipe`; ship the best-epoch or averaged weights, whichever is better on val; measure BLEU."
     recipe = replace(recipe, data_dir=str(data_dir) if data_dir else recipe.data_dir)
@@ -153,9 +153,9 @@ def build_pretrained(recipe: TrainConfig = RECIPE,  # what to train
     return export_pretrained(checkpoint, Path(out) if out else shipped_model_dir(), results)
 
 # %% ../nbs/25_recipe.ipynb #d15711b1
-TEACHERS = {"fp32, seed 0": replace(RECIPE, precision="fp32", out_dir="runs/multi30k-fp32"),  # the recipe's own run, in fp32
-            **{f"bf16, seed {seed}": replace(RECIPE, precision="bf16", seed=seed, out_dir=f"runs/multi30k-bf16-seed{seed}")
-               for seed in (0, 1, 2)}}
+TEACHERS = {"fp32, seed 0": replace(RECIPE, precision="fp32", out_dir="runs/multi30k-fp32"),  # the recipe, in fp32
+            **{f"bf16, seed {s}": replace(RECIPE, precision="bf16", seed=s, out_dir=f"runs/multi30k-bf16-seed{s}")
+               for s in (0, 1, 2)}}
 STUDENT = replace(RECIPE, precision="bf16", out_dir="runs/multi30k-student", corpus_dir="runs/multi30k-distilled")
 
 def _write_lines(path: Path, lines: list[str]) -> None:
@@ -170,15 +170,16 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
                    beam_size: int = 1,  # the ensemble's beam (1: greedy, as for the shipped student)
                    with_references: bool = False,  # also each training pair with its reference: twice the pairs
                    ) -> Path:
-    """A student's corpus: the training German with the teachers' ensemble translations; val and test as Multi30k has them.
-    Written once: a complete corpus of the same teachers and beam (teachers.json: their folders, their weights' SHA-256
-    and the beam size) is kept."""
+    """A student's corpus: the training German with the teachers' ensemble translations; val and test as Multi30k has
+    them. Written once: a complete corpus of the same teachers and beam (teachers.json: their folders, their weights'
+    SHA-256 and the beam size) is kept."""
     out = Path(out)
     sealed = json.dumps({"teachers": {str(f): sha256_of(Path(f) / "model.safetensors") for f in teacher_dirs},
-                         "beam_size": beam_size, **({"with_references": True} if with_references else {})}, indent=1) + "\n"
+                         "beam_size": beam_size, **({"with_references": True} if with_references else {})},
+                        indent=1) + "\n"
     if (out / "train.en").exists():  # written last: the corpus is complete
         if not (out / "teachers.json").exists() or (out / "teachers.json").read_text() != sealed:
-            raise ValueError(f"{out} holds a corpus of other teachers or another beam (see its teachers.json): remove it or give another folder")
+            raise ValueError(f"{out} holds a corpus of other teachers or another beam: give another folder")
         return out
     ensemble = load_ensemble(teacher_dirs, device)  # none: refused
     pairs = {split: load_multi30k(split, data_dir) for split in ("val", "test", "train")}  # train.en written last
@@ -194,9 +195,9 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
 def build_distilled(out: str | Path | None = None,  # where to write the model (default: `shipped_model_dir()`)
                     data_dir: str | Path | None = None,  # Multi30k files on disk (default: download)
                     device: str | None = None,  # default: the best available
-                    teacher_beam: int = 1,  # the ensemble's beam when it translates the training German (the shipped student's)
+                    teacher_beam: int = 1,  # the ensemble's beam on the training German (1: the shipped student's)
                     ) -> Path:
-    "The shipped student from the start: train the `TEACHERS`, translate the training German with their ensemble, train `STUDENT` on it."
+    "The shipped student from the start: the `TEACHERS`, their ensemble's translations, `STUDENT` trained on them."
     teacher_dirs, teacher_records = [], {}
     for name, teacher in TEACHERS.items():  # 1. four runs of the recipe, each with the candidate it would ship
         teacher = replace(teacher, data_dir=str(data_dir) if data_dir else teacher.data_dir)
@@ -204,5 +205,5 @@ def build_distilled(out: str | Path | None = None,  # where to write the model (
         teacher_dirs.append(checkpoint)
         teacher_records[name] = {"checkpoint": candidate, "val_bleu_greedy": val_scores[candidate],
                                  "train_hours": _train_hours(read_history(Path(teacher.out_dir)))}
-    distill_corpus(teacher_dirs, STUDENT.corpus_dir, data_dir, device, teacher_beam)  # 2. the ensemble translates the training German
-    return build_pretrained(STUDENT, out, data_dir, device=device, teacher_records=teacher_records)  # 3. the student, shipped as any run
+    distill_corpus(teacher_dirs, STUDENT.corpus_dir, data_dir, device, teacher_beam)  # 2. the ensemble's translations
+    return build_pretrained(STUDENT, out, data_dir, device=device, teacher_records=teacher_records)  # 3. the student
