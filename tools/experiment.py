@@ -359,7 +359,7 @@ def val_bleu(scored: dict) -> float:
 
 def recorded_run(run: dict, runner: Runner, beams: list[int], curve: bool) -> dict:
     "A finished run's settings, history, candidates scored on val and its choice (`recipe.choose_on_val`)."
-    from annotated_transformer.recipe import choose_on_val, portable, read_history
+    from annotated_transformer.recipe import choose_on_val, read_history
     folder = Path(run["config"].out_dir)
     epochs = read_history(folder)
     finished = [r for r in epochs if not r.get("partial")]
@@ -371,7 +371,6 @@ def recorded_run(run: dict, runner: Runner, beams: list[int], curve: bool) -> di
     settings = {k: v for k, v in asdict(run["config"]).items() if k not in NOT_SETTINGS}
     if run["fine_tunes"] is not None:
         settings["init_from"] = started_from(folder)  # the candidate it started from, not the run it fine-tunes
-    settings = portable(settings)  # a --runs-dir given as an absolute path is no folder of another machine
     averaged = averages(run["average_last"])
     return {"name": run["name"], "seed": run["seed"], "settings": settings, "history": epochs,
             "candidates": scored, "chosen": chosen, "checkpoint": found[chosen],
