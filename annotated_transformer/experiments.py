@@ -117,9 +117,10 @@ def curves(record: dict,
            ) -> alt.Chart:
     """A line a run: `y` after each epoch. The data travel as one small CSV table, a row an epoch of a run, the run
     by its number (a page carries many charts); the chart puts the runs' names back."""
-    frame = history(record, "averaged_curve" if y == "averaged" else "history")
-    y, y_title = ("val_bleu", "val BLEU, last 5 epochs averaged") if y == "averaged" else (y, {
-        "val_bleu": "val BLEU (greedy)", "val_loss": "val loss", "train_loss": "training loss"}[y])
+    titles = {"val_bleu": "val BLEU (greedy)", "val_loss": "val loss", "train_loss": "training loss",
+              "averaged": "val BLEU, last 5 epochs averaged"}
+    frame, y_title = history(record, "averaged_curve" if y == "averaged" else "history"), titles[y]
+    y = "val_bleu" if y == "averaged" else y  # an averaged curve holds its greedy val BLEU
     if len({run["seed"] for run in record["runs"]}) > 1:
         frame = frame.assign(run=frame.run + ", seed " + frame.seed.astype(str))
     frame = frame[(frame.epoch >= from_epoch) & (frame.run.isin(runs) if runs else True)].dropna(subset=[y])
