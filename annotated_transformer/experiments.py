@@ -82,12 +82,8 @@ def runs_table(record: dict,
     """One row a run (and seed): its precision and machine where the runs differ in them, the last epoch it trained
     (and how it ended, where a budget stopped a run), its greedy val BLEU after each of `at_epochs`, the epoch of its
     best checkpoint, each candidate's greedy val BLEU, the choice, and the choice's other scores."""
-    runs, rows = record["runs"], []
-    several = lambda values: len(set(values)) > 1
-    shown = {"seed": several(run["seed"] for run in runs), "ended": any(map(ended_on_budget, runs)),
-             "precision": several(run["settings"]["precision"] for run in runs),
-             "machine": several(machine(run, record) for run in runs)}
-    for run in runs:
+    rows = []
+    for run in record["runs"]:
         bleu_at = {r["epoch"]: r["val_bleu"] for r in epochs_done(run)}
         rows.append({"run": run["name"], "seed": run["seed"], "precision": run["settings"]["precision"],
                      "machine": machine(run, record), "epochs": last_epoch(run),
@@ -98,15 +94,15 @@ def runs_table(record: dict,
                      "choice": short(run["chosen"]),
                      **_choice_columns(run["candidates"][run["chosen"]], skip=("val", "beam_1"))})
     rows += [{"run": e["name"], "choice": "ensemble", **_choice_columns(e)} for e in record.get("ensembles", [])]
-    table = pd.DataFrame(rows).set_index(["run", "seed"] if shown["seed"] else "run")
-    for whole in ("epochs", "best at epoch"):  # none for an ensemble
-        table[whole] = table[whole].astype("Int64")
+    table = pd.DataFrame(rows).astype({"epochs": "Int64", "best at epoch": "Int64"})  # whole numbers, or none
+    shown = [c for c in ("precision", "machine") if table[c].nunique() > 1]  # where the runs differ in them
+    ended = ["ended"] if (table.ended == "on a budget").any() else []  # where a budget stopped a run
+    table = table.set_index(["run", "seed"] if table.seed.nunique() > 1 else "run")
     candidates = sorted(c for c in table.columns if c.startswith("val greedy, "))  # best epoch, then averages
     chosen = sorted((c for c in table.columns if c.startswith("choice: ")),
                     key=lambda c: (" test " in c, " beam " in c))  # val before test, greedy before beams
-    table = table[[*(c for c in ("precision", "machine") if shown[c]), "epochs", *(["ended"] if shown["ended"] else []),
-                   *(f"epoch {e}: val greedy" for e in at_epochs), "best at epoch", *candidates, "choice", *chosen]]
-    table = table.astype(object)
+    table = table[[*shown, "epochs", *ended, *(f"epoch {e}: val greedy" for e in at_epochs), "best at epoch",
+                   *candidates, "choice", *chosen]].astype(object)
     return table.where(table.notna(), "–")
 
 def curves(record: dict,
