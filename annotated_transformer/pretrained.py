@@ -8,28 +8,24 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/pretrained.h
 __all__ = ['load_trained_model']
 
 # %% ../nbs/26_pretrained.ipynb #1f64a127
-import os
 from pathlib import Path
 
 from .checkpoint import WEIGHTS_FILE
 from .decoding import Translator, shipped_model_dir
+from .files import check_path
 from .recipe import RECIPE, build_pretrained
 from .train import TrainConfig
 
 # %% ../nbs/26_pretrained.ipynb #e75e0002
-def load_trained_model(path: str | Path | None = None,  # a folder written by `build_pretrained` (default: the shipped model)
+def load_trained_model(path: str | Path | None = None,  # a folder `build_pretrained` wrote (default: the shipped model)
                        device: str | None = None,  # default: the best available
                        data_dir: str | Path | None = None,  # Multi30k files, used only when training is needed
                        recipe: TrainConfig = RECIPE,  # what to train when no weights are found
-                       train_if_missing: bool = False,  # no weights in `path`: train them with `recipe` (hours) instead of an error
+                       train_if_missing: bool = False,  # no weights in `path`: train them (hours), not an error
                        ) -> Translator:
     """The trained Multi30k de->en model as a `Translator` (by default the shipped one); with `train_if_missing`,
     trains one run of `recipe` first if `path` has no weights."""
-    if path is not None and not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a folder (a str or Path), got {type(path).__name__}")
-    if path is not None and not str(path):
-        raise ValueError("path is empty: give a folder, or None for the shipped model")
-    path = shipped_model_dir() if path is None else Path(path)
+    path = shipped_model_dir() if path is None else check_path(path)  # not a str or Path, or "": refused
     if not (path / WEIGHTS_FILE).exists():
         if not train_if_missing:
             raise FileNotFoundError(f"no trained model in {path} ({WEIGHTS_FILE} missing): give the folder that "

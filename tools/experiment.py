@@ -274,6 +274,12 @@ def train_runs(planned: list[dict], runner: "Runner") -> None:
         train(cfg)
 
 
+def translator_of(checkpoint: Path | list[Path]):
+    "The `Translator` of a checkpoint folder, or of a list of them decoded together as one ensemble."
+    from annotated_transformer.decoding import Translator, load_ensemble
+    return load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
+
+
 def started_from(folder: Path) -> str | None:
     "The model a fine-tuning run in `folder` started from, as its settings say (None: it has not begun)."
     from annotated_transformer.train import SETTINGS_FILE
@@ -292,12 +298,11 @@ class Runner:
 
     def score(self, checkpoint: Path | list[Path], split: str, beams: list[int]) -> dict:
         "BLEU and <unk> written, for each beam size, of a checkpoint folder (or a list of them decoded as an ensemble)."
-        from annotated_transformer.decoding import Translator, load_ensemble
         from annotated_transformer.recipe import measure_bleu
         folders = tuple(str(Path(c).resolve()) for c in (checkpoint if isinstance(checkpoint, list) else [checkpoint]))
         missing = tuple(beam for beam in beams if (folders, split, beam) not in self.scored)
         if missing:
-            translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
+            translator = translator_of(checkpoint)
             for beam, r in zip(missing, measure_bleu(translator, split, self.data_dir, missing, self.limit).values()):
                 self.scored[(folders, split, beam)] = {k: r[k] for k in ("bleu", "unk", "sentences")}
         return {f"beam_{beam}": self.scored[(folders, split, beam)] for beam in beams}
@@ -335,9 +340,8 @@ def averaged_curve(folder: Path, average_last: int, runner: Runner) -> list[dict
 
 def penalty_sweep(checkpoint: Path | list[Path], alphas: list[float], beam: int, runner: Runner) -> list[dict]:
     "BLEU and the length ratio (output tokens / reference tokens) on val and test2016 at each length penalty alpha."
-    from annotated_transformer.decoding import Translator, load_ensemble
     from annotated_transformer.evaluation import evaluate_translator
-    translator = load_ensemble(checkpoint) if isinstance(checkpoint, list) else Translator.from_checkpoint(checkpoint)
+    translator = translator_of(checkpoint)
     sweep = []
     for alpha in alphas:
         found = {split: evaluate_translator(translator, split, runner.data_dir, beam_size=beam, alpha=alpha,
@@ -485,12 +489,10 @@ def compare_run(folder: Path, spec: dict, path: Path, record: dict, margin: floa
 
 
 def write_json(path: Path, data: dict) -> None:
-    "Write `data` as indented JSON, atomically: a stop in the middle leaves the previous file."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    os.chmod(f.name, 0o644)  # readable as any file of the repository (a temporary file starts private)
-    os.replace(f.name, path)
+    "Write `data` as indented JSON, atomically (`files.atomic_write`): a stop in the middle leaves the previous file."
+    from annotated_transformer.files import atomic_write
+    with atomic_write(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

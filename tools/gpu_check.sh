@@ -165,5 +165,6 @@ if [ ${#FAILED[@]} -gt 0 ]; then
   printf 'GPU check FAILED in %d step(s):\n' "${#FAILED[@]}"; printf '  - %s\n' "${FAILED[@]}"
   exit 1
 fi
-[[ "$LOG" == /* ]] || LOG="$ROOT/$LOG"
-echo "GPU check passed (log: $LOG)"
+SHOWN=${LOG#"$ROOT"/}  # the log names no folder of this machine: a path in the repository, else the file's name
+[[ "$SHOWN" == /* ]] && SHOWN=$(basename "$SHOWN")
+echo "GPU check passed (log: $SHOWN)"
