@@ -305,9 +305,10 @@ def padded_batches(encoded: list[list[int]],  # id sequences, e.g. encoded sente
         idx = order[start:start + batch_size]
         yield idx, pad_sequence([torch.tensor(encoded[i]) for i in idx], batch_first=True, padding_value=PAD)
 
-# %% ../nbs/22_decoding.ipynb #835ff6b7
+# %% ../nbs/22_decoding.ipynb #dec285a3
 ENGINES = {}  # engine name -> its opener: (exported folder, quantization) -> Translator; the deploying chapter fills it
 
+# %% ../nbs/22_decoding.ipynb #835ff6b7
 class Translator:
     "Model + vocabularies; translates raw source sentences to target text (never `<unk>` with subwords)."
     def __init__(self, model: EncoderDecoder,
@@ -357,7 +358,7 @@ class Translator:
                ) -> list[list[int]]:  # the output ids of each sequence, in input order
         "Decode in batches of similar length, greedily or with beam search; an engine that decodes replaces this step."
         device = next(self.model.parameters()).device if isinstance(self.model, nn.Module) else torch.device("cpu")
-        outputs = [None] * len(encoded)
+        outputs = {}  # input index -> output ids
         for idx, src in padded_batches(encoded, batch_size):
             src = src.to(device)  # an engine's graphs run on the CPU
             src_mask = (src != PAD).unsqueeze(-2)
@@ -366,9 +367,8 @@ class Translator:
                 found = [row[1:] for row in out.tolist()]  # without <s>; </s> and what follows go when decoded to text
             else:
                 found, _ = beam_search(self.model, src, src_mask, beam_size, alpha, max_extra, banned=self.banned)
-            for i, ids in zip(idx, found):
-                outputs[i] = ids
-        return outputs
+            outputs.update(zip(idx, found))
+        return [outputs[i] for i in range(len(encoded))]
 
     def translate(self,
                   sentences: str | list[str],  # one raw source sentence, or a list of them
@@ -389,6 +389,7 @@ class Translator:
         outputs = iter(self.decode([self.encode(s) for s in todo], beam_size, alpha, max_extra, batch_size))
         return ["" if blank(s) else self.tgt_codec.decode_text(next(outputs)) for s in sentences]
 
+# %% ../nbs/22_decoding.ipynb #9154a31e
 def translate(model: EncoderDecoder, sentences: list[str], src_vocab: Vocab | SubwordVocab,
               tgt_vocab: Vocab | SubwordVocab,
               src_lang: str = "de", tgt_lang: str = "en", **kwargs) -> list[str]:

@@ -21,8 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, check_manifest, load_model, read_config,
-                                              writing_folder)
+from .checkpoint import VOCABULARY_FILES, check_manifest, load_model, read_config, writing_folder
 from .files import check_path
 from .data import BOS, EOS, PAD, SPECIALS
 from .decoding import ENGINES, DecodingState, Translator
@@ -176,9 +175,9 @@ def export_model(checkpoint: str | Path,  # a checkpoint folder with vocabularie
         EXPORTERS[engine](model, tmp)
         for name in vocabularies:
             shutil.copy(checkpoint / name, tmp / name)
-        engine_config = json.loads((tmp / CONFIG_FILE).read_text()) if (tmp / CONFIG_FILE).is_file() else {}
+        engine_config = json.loads((tmp / "config.json").read_text()) if (tmp / "config.json").is_file() else {}
         ours = {"model": model.config.to_dict(), "extra": config.get("extra", {}), "engine": engine}  # what opens it
-        (tmp / CONFIG_FILE).write_text(json.dumps({**engine_config, **ours}, indent=2, sort_keys=True) + "\n")
+        (tmp / "config.json").write_text(json.dumps({**engine_config, **ours}, indent=2, sort_keys=True) + "\n")
     return Path(out)
 
 # %% ../nbs/29_export.ipynb #503e6489
@@ -222,7 +221,6 @@ class OnnxState(DecodingState):
                                                      "memory_kv": self.memory_kv, "past": self.past})
         return torch.from_numpy(logp)
 
-# %% ../nbs/29_export.ipynb #8138ac46
 def _ct2_model(path: Path, config: ModelConfig, quantization: str | None) -> EngineModel:
     ct2 = engine_module("ctranslate2")
     return EngineModel(config, ct2.Translator(str(path), device="cpu", compute_type=quantization or "float32",
