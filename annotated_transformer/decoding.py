@@ -391,8 +391,7 @@ class Translator:
 
 # %% ../nbs/22_decoding.ipynb #9154a31e
 def translate(model: EncoderDecoder, sentences: list[str], src_vocab: Vocab | SubwordVocab,
-              tgt_vocab: Vocab | SubwordVocab,
-              src_lang: str = "de", tgt_lang: str = "en", **kwargs) -> list[str]:
+              tgt_vocab: Vocab | SubwordVocab, src_lang: str = "de", tgt_lang: str = "en", **kwargs) -> list[str]:
     "Translate raw sentences with `model`; keyword arguments go to `Translator.translate`."
     return Translator(model, src_vocab, tgt_vocab, src_lang, tgt_lang).translate(sentences, **kwargs)
 
