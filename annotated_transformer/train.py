@@ -50,28 +50,37 @@ class TrainConfig:
     "Settings of a Multi30k training run (saved as train_config.json)."
     out_dir: str = "runs/multi30k"  # checkpoints and vocabularies go here
     data_dir: str | None = None  # Multi30k files on disk; None: the data folder, or a download
-    corpus_dir: str | None = None  # your own corpus instead: {train,val,test}.{src_lang,tgt_lang}[.gz], a sentence a line
+    # your own corpus instead: {train,val,test}.{src_lang,tgt_lang}[.gz], a sentence a line
+    corpus_dir: str | None = None
     src_lang: str = "de"  # source language (spaCy code; the suffix of the corpus files)
     tgt_lang: str = "en"  # target language
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.2))  # the model (vocabulary sizes come from the data; tied when shared)
+    # the model (vocabulary sizes come from the data; tied when shared)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.2))
     preset: str | None = None  # small, base or big: the model's N, d_model, d_ff, h and dropout from PRESETS
-    init_from: str | None = None  # fine-tuning: start from this model folder's weights and vocabularies (its shapes must be the model's); None: a new model
+    # fine-tuning: start from this model folder's weights and vocabularies (its shapes must be the model's); None: a
+    # new model
+    init_from: str | None = None
     subwords: int = 8000  # tokens of one BPE vocabulary shared by both languages; 0: a word vocabulary per language
     min_freq: int = 2  # words seen fewer times are <unk>; subwords: pairs seen fewer times are not merged
     max_tokens: int = 2500  # padded tokens per batch per process
     accum_iter: int = 1  # micro-batches per optimizer step
     epochs: int = 38  # training epochs
-    cooldown: int | None = None  # last epochs in which the rate falls in a straight line to 0 (not before the warmup ends); 0: equation 3 to the end; None: the last fifth (8 of 38), if it begins after the warmup
+    # last epochs in which the rate falls in a straight line to 0 (not before the warmup ends); 0: equation 3 to the
+    # end; None: the last fifth (8 of 38), if it begins after the warmup
+    cooldown: int | None = None
     warmup: int = 800  # warmup steps of the schedule
     factor: float = 1.0  # scale of the schedule
     smoothing: float = 0.1  # label smoothing
-    rdrop: float = 0.0  # R-Drop: weight alpha of the KL between two dropout passes of each batch (0: off); each step runs the model on twice the rows
+    # R-Drop: weight alpha of the KL between two dropout passes of each batch (0: off); each step runs the model on
+    # twice the rows
+    rdrop: float = 0.0
     max_grad_norm: float | None = None  # gradient clipping
     precision: str = "auto"  # auto, fp32, bf16, fp16
     seed: int = 0  # seed of model, data order and dropout
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests)
     keep_epochs: bool = True  # keep a weights-only checkpoint of every epoch (for averaging)
-    val_bleu_sentences: int | None = None  # validation sentences decoded (greedy) for BLEU each epoch; None: all, 0: none
+    # validation sentences decoded (greedy) for BLEU each epoch; None: all, 0: none
+    val_bleu_sentences: int | None = None
 
     def __post_init__(self):
         if isinstance(self.model, dict):  # read back from train_config.json
