@@ -24,10 +24,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .devices import int8_rows
-from .files import MANIFEST_FILE, MANIFEST_LIMIT, RUN_LOCK, atomic_write, check_manifest, check_path
-from .files import check_writable
-from .files import held_here, make_folder, read_json, recover, resolved, run_of, seal, sha256_of
-from .files import write_json, writer_lock
+from .files import (MANIFEST_FILE, MANIFEST_LIMIT, RUN_LOCK, atomic_write, check_manifest,
+                                         check_path, check_writable, held_here, make_folder, read_json, recover,
+                                         resolved, run_of, seal, sha256_of, write_json, writer_lock)
 from .loop import restore_trainer, trainer_state
 from .model import EncoderDecoder, ModelConfig, build_model
 from .training import TrainState

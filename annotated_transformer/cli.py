@@ -42,9 +42,9 @@ from .distributed import distributed_environment
 from .export import EXPORTERS, export_model, is_exported  # fills the engines of `Translator`
 from .evaluation import AVERAGE_DTYPES, average_checkpoints, evaluate_translator, last_checkpoints, test_set
 from .options import (
-    InputError, check_values, checked, checkpoint_folder, config_from_args, dataclass_arguments, device_name,
+    check_values, checked, checkpoint_folder, config_from_args, dataclass_arguments, device_name,
     exit_status, file_path, folder, in_range, new_path, one_line, one_of)
-from .files import byte_lines, check_output, text_lines, writing
+from .files import InputError, byte_lines, check_output, text_lines, writing
 from .train import TrainConfig, TrainingStopped, train
 from .training import greedy_decode
 

@@ -7,8 +7,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'MULTI30K_FRENCH_SHA256', 'SPECIALS', 'BOS', 'EOS', 'PAD', 'UNK',
            'default_cache_dir', 'DataError', 'CorpusError', 'download', 'bundled_dir', 'multi30k_file',
-           'ensure_multi30k', 'spacy_languages', 'check_language', 'read_lines', 'load_multi30k', 'load_parallel',
-           'Tokenizer', 'detokenize', 'kept_ids', 'Vocab', 'TokenBucketSampler', 'collate', 'batches',
+           'ensure_multi30k', 'spacy_languages', 'check_language', 'read_lines', 'read_pair', 'load_multi30k',
+           'load_parallel', 'Tokenizer', 'detokenize', 'kept_ids', 'Vocab', 'TokenBucketSampler', 'collate', 'batches',
            'padding_fraction']
 
 # %% ../nbs/20_data.ipynb #90133ba4
@@ -184,7 +184,7 @@ def read_lines(path: Path) -> list[str]:
     # the last line's end is no new line; a file written on Windows ends its lines with \r\n
     return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
 
-def _read_pair(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
+def read_pair(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
     "The pairs of two files, after checking that line N of one translates line N of the other."
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
@@ -201,7 +201,7 @@ def load_multi30k(split: str,  # 'train', 'val' or 'test' (= 'test2016')
     if split not in _SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(_SPLITS)}")
     de, en = (multi30k_file(f"{_SPLITS[split]}.{lang}.gz", data_dir, cache_dir, progress) for lang in ("de", "en"))
-    return _read_pair(de, en)
+    return read_pair(de, en)
 
 def load_parallel(corpus_dir: str | Path,  # folder with {split}.{lang} files (or {split}.{lang}.gz)
                   split: str,  # 'train', 'val' or 'test'
@@ -222,7 +222,7 @@ def load_parallel(corpus_dir: str | Path,  # folder with {split}.{lang} files (o
         if not (plain.is_file() or gz.is_file()):
             raise CorpusError(f"missing {plain} (or {gz.name}): a corpus folder holds {holds}, one sentence per line")
         paths.append(plain if plain.is_file() else gz)
-    return _read_pair(*paths)
+    return read_pair(*paths)
 
 # %% ../nbs/20_data.ipynb #8a6d583f
 class Tokenizer:

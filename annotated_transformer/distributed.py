@@ -41,6 +41,8 @@ def distributed_environment() -> tuple[int, int, int] | None:  # (rank, world si
         if not text.strip().isdecimal():  # torch's int() would not name the variable
             raise ValueError(f"environment variable {name}: expected a whole number, got {text!r}")
     rank, world, local_rank = map(int, texts.values())
+    if world < 1:
+        raise ValueError(f"environment variable WORLD_SIZE: expected a whole number >= 1, got {world}")
     if rank >= world:  # torch would wait for the other ranks forever
         raise ValueError(f"environment variable RANK is {rank}, but WORLD_SIZE={world} allows ranks below {world} only")
     return rank, world, local_rank

@@ -21,7 +21,7 @@ from .checkpoint import (CONFIG_FILE, VOCABULARY_FILES, WEIGHTS_FILE, check_dest
                                               check_stored_weights, load_weights, model_config, read_config,
                                               save_model, vocabulary_fingerprint, weights_to_save)
 from .files import check_manifest, check_path, resolved
-from .data import CorpusError, Tokenizer, _read_pair, check_language, load_multi30k, load_parallel
+from .data import CorpusError, Tokenizer, read_pair, check_language, load_multi30k, load_parallel
 from .decoding import Translator
 from .model import ModelConfig, build_model
 
@@ -73,7 +73,7 @@ def read_test_set(src: str | Path,  # source sentences, one a line (plain or .gz
                               f"{tgt_lang}, so this side should be {lang}")
         if path.is_dir():
             raise CorpusError(f"{path} is a folder: expected a file of sentences, one a line")
-    return _read_pair(Path(src), Path(ref))
+    return read_pair(Path(src), Path(ref))
 
 # %% ../nbs/23_evaluation.ipynb #3e67e83b
 def test_set(src_lang: str, tgt_lang: str,  # the languages of the model that will translate it

@@ -232,6 +232,12 @@ class FastLossCompute(SimpleLossCompute):
     "`SimpleLossCompute` for a `Generator` and a `LabelSmoothing`, the output layer fused with the loss."
     chunk_size = 512  # tokens per chunk when eager, on a CPU; memory ~ chunk_size x V (512: fastest of 256-1024)
 
+    def __init__(self, generator: nn.Module, criterion: nn.Module):
+        if not (isinstance(criterion, LabelSmoothing) and isinstance(getattr(generator, "proj", None), nn.Linear)):
+            raise TypeError(f"FastLossCompute fuses a Generator's output layer with a LabelSmoothing loss; for "
+                            f"{type(criterion).__name__}, use SimpleLossCompute")
+        super().__init__(generator, criterion)
+
     def __call__(self,
                  x: torch.Tensor,  # decoder output (batch, tgt_len, d_model)
                  y: torch.Tensor,  # gold ids (batch, tgt_len); rows whose id is the padding id add nothing

@@ -62,7 +62,9 @@ def read_json(path: str | Path) -> object:
     except RecursionError:  # thousands of nested brackets: no file this package writes looks like that
         raise ValueError(f"{path} is not valid JSON for this package: it is nested too deeply") from None
 
-def write_json(path: Path, obj) -> None: path.write_text(json.dumps(obj, indent=2, sort_keys=True))
+def write_json(path: Path, obj) -> None:
+    "`obj` as JSON, keys sorted: for a file inside a folder that `atomic_write` writes as a whole."
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True))
 
 def sha256_of(path: Path) -> str:
     "SHA-256 of a file, read in blocks of 1 MB."
@@ -328,16 +330,20 @@ def check_output(path: str,  # what --output or --json names
 @contextmanager
 def writing(path: Path | None):  # None: stdout
     "A text file to write: stdout, a device or a pipe as it is; else a new file, renamed `path` if the block ends well."
+    closing = False  # True once the block has ended: what fails then (a flush, an fsync, the rename) is the output's
     try:
         if path is None or (path.exists() and os.path.samestat(path.stat(), os.fstat(1))):
             yield sys.stdout
         elif path.exists() and not path.is_file():
             with open(path, "w", encoding="utf-8", newline="\n") as f:
                 yield f
+                closing = True
         else:
             with atomic_write(os.path.realpath(path)) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
                 yield f
-    except OSError as e:  # a full disk or device: name the file, as an error of opening it would
-        if path is None or e.filename is not None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                closing = True
+    except OSError as e:  # the output's own error: name its file, as an error of opening it would
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write in the block that found the disk full
+        if path is None or e.filename is not None or not (closing or full):
             raise
         raise OSError(e.errno, e.strerror, str(path)) from None

@@ -179,7 +179,8 @@ def distill_corpus(teacher_dirs: list[str | Path],  # the teachers' checkpoint f
                         indent=1) + "\n"
     if (out / "train.en").exists():  # written last: the corpus is complete
         if not (out / "teachers.json").exists() or (out / "teachers.json").read_text() != sealed:
-            raise ValueError(f"{out} holds a corpus of other teachers or another beam: give another folder")
+            raise ValueError(f"{out} holds a corpus of other teachers or another beam (see its teachers.json): remove "
+                             "it or give another folder")
         return out
     ensemble = load_ensemble(teacher_dirs, device)  # none: refused
     pairs = {split: load_multi30k(split, data_dir) for split in ("val", "test", "train")}  # train.en written last

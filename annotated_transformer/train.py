@@ -296,12 +296,15 @@ def _check_data(out: Path, fingerprint: dict, allow_changed: bool) -> None:
         return  # a new run, or one saved before runs recorded their data: nothing to compare
     before = read_json(out / DATA_FILE)
     before = before if isinstance(before, dict) else {}
-    changed = " and ".join(s for s in ("train", "val") if before.get(s) != fingerprint[s])
+    changed = [s for s in ("train", "val") if before.get(s) != fingerprint[s]]
+    counts = "; ".join(f"{s}: {before[s]['pairs']:,} pairs then, {fingerprint[s]['pairs']:,} now" for s in changed
+                       if isinstance(before.get(s), dict) and isinstance(before[s].get("pairs"), int))
     if changed and not allow_changed:
-        raise ValueError(f"{out} was trained on other data: its {changed} pairs changed; resume on the data it began "
-                         "with, or pass --allow-changed-data (allow_changed_data=True) to go on with this data")
+        raise ValueError(f"{out} was trained on other data: its {' and '.join(changed)} pairs changed "
+                         f"({counts or 'no record'}); resume on the data it began with, or pass --allow-changed-data "
+                         "(allow_changed_data=True) to go on with this data")
     if changed:
-        print(f"resuming {out} on changed {changed} data, as asked (--allow-changed-data)")
+        print(f"resuming {out} on changed {' and '.join(changed)} data, as asked (--allow-changed-data)")
 
 # %% ../nbs/24_train.ipynb #aff4efe5
 def _check_lengths(cfg: ModelConfig, data: TranslationData, train_pairs, val_pairs, val_bleu_sentences) -> None:
@@ -355,8 +358,10 @@ def validation_bleu(model: torch.nn.Module,  # the model being trained (put back
     pairs = data.raw("val")[:limit]
     was_training = model.training
     translator = Translator(model, data.src_vocab, data.tgt_vocab, data.src_lang, data.tgt_lang)
-    hypotheses = translator.translate([s for s, _ in pairs], beam_size=1)
-    model.train(was_training)
+    try:
+        hypotheses = translator.translate([s for s, _ in pairs], beam_size=1)
+    finally:  # a refused translation (NaN scores) too: the caller may go on training
+        model.train(was_training)
     return round(bleu(hypotheses, [t for _, t in pairs])[0], 2)
 
 # %% ../nbs/24_train.ipynb #ded2b1d7

@@ -507,9 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=1.0,
                         help="--compare: BLEU a run may score below the record's lowest best epoch (default: 1.0)")
     args = parser.parse_args(argv)
-    from annotated_transformer.files import RunLockedError
+    from annotated_transformer.files import RunLockedError, check_output
     from annotated_transformer.options import exit_status, one_line
-    from annotated_transformer.files import check_output
     from annotated_transformer.train import TrainingStopped
     try:
         spec = read_experiment(args.file)
