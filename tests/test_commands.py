@@ -29,9 +29,6 @@ BAD_OPTIONS = [  # (arguments, the key word the one line must hold: the option, 
     (["train", "--d-model", "1e9"], "--d-model"),
     (["copy-task", "--seq-len", "1"], "--seq-len"),
     (["evaluate", "--data-dir", "/tmp/" + "x" * 300], "--data-dir"),
-    (["translate", "--checkpoint", "", "x"], "--checkpoint"),
-    (["evaluate", "--checkpoint", ""], "--checkpoint"),
-    (["train", "--corpus-dir", ""], "--corpus-dir"),
 ]
 
 

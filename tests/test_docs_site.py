@@ -10,7 +10,7 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-from conftest import ROOT, SITE, expected_charts, pages, script, typeset, wait_for_charts
+from conftest import ROOT, SITE, expected_charts, opened, pages, script, typeset, wait_for_charts
 
 
 # Bytes a page may load with an empty cache (sum of the response bodies). Vega is loaded only with charts and MathJax
@@ -78,49 +78,41 @@ def test_every_page_loads_cleanly_offline_light_and_fits_a_phone(site_url, brows
             assert (SITE / path).exists(), f"{name}: broken link {href}"
             if anchor and path.endswith(".html"):
                 if path not in ids:  # a page that sends nbdev's links on: the ids of the page it lands on
-                    page = browser.new_page()
-                    page.goto(site_url + path, wait_until="networkidle")
-                    ids[path] = set(page.eval_on_selector_all("[id]", "els => els.map(e => e.id)"))
-                    page.close()
+                    with opened(browser, name=path, site_url=site_url) as page:
+                        ids[path] = set(page.eval_on_selector_all("[id]", "els => els.map(e => e.id)"))
                 assert anchor in ids[path], f"{name}: link {href} points to a missing anchor"
 
 
 def test_charts_math_and_tooltips(site_url, browser):
-    page = browser.new_page()
-    page.goto(site_url + "06_viz.html", wait_until="networkidle")
     assert len(expected_charts("06_viz.html")) >= 3  # the attention maps of a copy-task model
-    wait_for_charts(page, "06_viz.html")
-    # hover a cell of the decoder-source attention map: the tooltip shows the token pair and the weight
-    att = page.locator(".vega-embed", has_text="key (source)").first
-    att.scroll_into_view_if_needed()
-    cell = att.locator("g.mark-rect path").nth(5)
-    cell.hover()
-    tooltip = page.locator("#vg-tooltip-element")
-    tooltip.wait_for(state="visible", timeout=5000)
-    text = tooltip.inner_text()
-    assert "query (target)" in text and "key (source)" in text and "weight" in text
-    # nbdev's symbol links (module page + symbol anchor) land on the symbol in the API reference
-    page.goto(site_url + "attention.html#multiheadedattention.attend")
-    page.wait_for_url("**/api.html#annotated_transformer.attention.MultiHeadedAttention.attend", timeout=15000)
-    for name in ("01_attention.html", "02_layers.html", "05_training.html"):
-        page.goto(site_url + name, wait_until="networkidle")
-        page.locator("mjx-container").first.wait_for(state="attached", timeout=15000)
-        assert page.locator("mjx-container").count() > 3, f"{name}: math not rendered"
-    page.close()
+    with opened(browser, name="06_viz.html", site_url=site_url) as page:
+        wait_for_charts(page, "06_viz.html")
+        # hover a cell of the decoder-source attention map: the tooltip shows the token pair and the weight
+        att = page.locator(".vega-embed", has_text="key (source)").first
+        att.scroll_into_view_if_needed()
+        att.locator("g.mark-rect path").nth(5).hover()
+        tooltip = page.locator("#vg-tooltip-element")
+        tooltip.wait_for(state="visible", timeout=5000)
+        assert all(word in tooltip.inner_text() for word in ("query (target)", "key (source)", "weight"))
+        # nbdev's symbol links (module page + symbol anchor) land on the symbol in the API reference
+        page.goto(site_url + "attention.html#multiheadedattention.attend")
+        page.wait_for_url("**/api.html#annotated_transformer.attention.MultiHeadedAttention.attend", timeout=15000)
+        for name in ("01_attention.html", "02_layers.html", "05_training.html"):
+            page.goto(site_url + name, wait_until="networkidle")
+            page.locator("mjx-container").first.wait_for(state="attached", timeout=15000)
+            assert page.locator("mjx-container").count() > 3, f"{name}: math not rendered"
 
 
 def test_exercise_solutions_are_folded_until_opened(site_url, browser):
     "An exercise's solution (a Colab form cell) shows only its 'Show the solution' line until the reader opens it."
-    page = browser.new_page()
-    page.goto(site_url + "01_attention.html", wait_until="networkidle")
-    folds = page.locator("details", has_text="Show the solution")
-    assert folds.count() == 2, "01_attention: one folded solution per exercise"
-    code = folds.first.locator("pre").first
-    assert not code.is_visible(), "the solution shows before it is opened"
-    folds.first.locator("summary").click()
-    code.wait_for(state="visible", timeout=5000)
-    assert "def attention(" in code.inner_text() and "#@title" not in code.inner_text()
-    page.close()
+    with opened(browser, name="01_attention.html", site_url=site_url) as page:
+        folds = page.locator("details", has_text="Show the solution")
+        assert folds.count() == 2, "01_attention: one folded solution per exercise"
+        code = folds.first.locator("pre").first
+        assert not code.is_visible(), "the solution shows before it is opened"
+        folds.first.locator("summary").click()
+        code.wait_for(state="visible", timeout=5000)
+        assert "def attention(" in code.inner_text() and "#@title" not in code.inner_text()
 
 
 def test_api_page_covers_every_module():
@@ -132,14 +124,12 @@ def test_api_page_covers_every_module():
 
 def test_layout_uses_the_screen(site_url, browser):
     "At 1280 px the content column holds code and charts beside both sidebars (the phone's width: in the test above)."
-    wide = browser.new_page(viewport={"width": 1280, "height": 900})
-    wide.goto(site_url + "01_attention.html", wait_until="networkidle")
-    column = wide.evaluate("document.querySelector('.bd-article-container').getBoundingClientRect().width")
+    with opened(browser, name="01_attention.html", site_url=site_url) as wide:
+        column = wide.evaluate("document.querySelector('.bd-article-container').getBoundingClientRect().width")
+        visible_search = wide.evaluate("[...document.querySelectorAll('.search-button-field, .bd-search input')]"
+                                       ".filter(e => e.offsetParent !== null).length")
     assert column >= 640, f"content column only {column:.0f} px wide at 1280 px"
-    visible_search = wide.evaluate("[...document.querySelectorAll('.search-button-field, .bd-search input')]"
-                                   ".filter(e => e.offsetParent !== null).length")
     assert visible_search == 1, f"{visible_search} search boxes on the page"
-    wide.close()
 
 
 def test_site_is_small(site):
@@ -253,8 +243,7 @@ def test_old_page_addresses_lead_to_the_new_pages(site_url, browser):
     build_docs = script("tools/build_docs.py")
     current = build_docs.site_pages()
     assert not build_docs.MOVED.keys() & current.keys() and set(build_docs.MOVED.values()) <= current.keys()
-    page = browser.new_page()
-    for old, new in build_docs.MOVED.items():
-        page.goto(f"{site_url}{old}.html#top")
-        page.wait_for_url(f"**/{new}.html#top")
-    page.close()
+    with opened(browser) as page:
+        for old, new in build_docs.MOVED.items():
+            page.goto(f"{site_url}{old}.html#top")
+            page.wait_for_url(f"**/{new}.html#top")

@@ -1,6 +1,7 @@
-"""Hostile input, run as a user runs the commands (real processes): corpora, checkpoints, options, folders, pipes and
-Ctrl-C. Each case ends in one line on stderr naming the input and what was expected (exit 2), a quiet end, or 130;
-never a traceback and never a silently wrong result."""
+"""Hostile input, run as a user runs the commands (real processes): corpora, checkpoints, options, folders, pipes,
+Ctrl-C and training settings. Each case ends in one line on stderr naming the input and what was expected (exit 2), a
+quiet end, or 130; never a traceback and never a silently wrong result. A diverging run stops at once and reports no
+checkpoint it did not write; a refused resume changes no file."""
 import gzip
 import json
 import os
@@ -14,7 +15,7 @@ import pytest
 
 from annotated_transformer.decoding import shipped_model_dir
 from annotated_transformer.train import run_lock
-from conftest import TINY_TRAIN, cli, command, corpus, done, one_line, snapshot, swapped_vocabulary
+from conftest import DE, EN, TINY_TRAIN, cli, command, corpus, done, one_line, snapshot, swapped_vocabulary
 
 
 # ---------------------------------------------------------------- corpora
@@ -167,13 +168,6 @@ def test_commands_do_not_write_into_a_run(tmp_path):
     assert snapshot(run) == before
 
 
-def test_copy_task_does_not_replace_a_translation_checkpoint(model_copy):
-    before = snapshot(model_copy)
-    one_line(cli("copy-task", "--out", str(model_copy), "--epochs", "1", "--batches-per-epoch", "1", "--threads", "1"),
-             2, "translation")
-    assert snapshot(model_copy) == before
-
-
 def test_averaging_refuses_different_vocabularies(tmp_path):
     from annotated_transformer.checkpoint import load_model, save_model
     save_model(load_model(shipped_model_dir()), tmp_path / "other", files={"tokenizer.json": swapped_vocabulary(shipped_model_dir())})
@@ -194,3 +188,36 @@ def test_two_averages_into_one_folder_both_leave_a_whole_checkpoint(tmp_path):
     manifest = check_manifest(out)  # every file the manifest lists is there and unchanged
     assert manifest is not None and {"model.safetensors", "config.json", "tokenizer.json"} <= set(manifest["files"])
     assert sorted(p.name for p in tmp_path.iterdir()) == [".avg.lock", "avg"]  # no temporary folder left
+
+
+# ---------------------------------------------------------------- training settings
+
+def train(data, run, *extra):
+    return cli("train", "--corpus-dir", str(data), "--out-dir", str(run), *TINY_TRAIN, *extra, text=True)
+
+
+@pytest.mark.parametrize("setting", [["--factor", "1e30"], ["--rdrop", "1e300"]])
+def test_a_diverging_run_stops_at_once_and_reports_nothing_it_did_not_write(tmp_path, setting):
+    run = tmp_path / "run"
+    res = train(corpus(tmp_path / "corpus"), run, "--epochs", "3", *setting)
+    one_line(res, 1, setting[0], last=True)  # the setting to change, under the progress bar of the epoch
+    assert "done:" not in res.stdout and "best checkpoint" not in res.stdout
+    assert not (run / "best").exists() and not (run / "last").exists() and not (run / "history.jsonl").exists()
+
+
+def test_a_max_len_too_short_for_the_data_is_refused_before_training(tmp_path):
+    data = corpus(tmp_path / "corpus", DE + "Ein " + "sehr " * 40 + "langer Satz.\n", EN + "A " + "very " * 40 + "long.\n")
+    res = train(data, tmp_path / "run", "--epochs", "1", "--max-len", "30")
+    one_line(res, 2, "--max-len", last=True)
+    assert "epoch" not in res.stdout  # nothing was trained
+    assert not (tmp_path / "run" / "train_config.json").exists() and not (tmp_path / "run" / "last").exists()
+
+
+def test_a_refused_resume_changes_no_file(trained_copy):
+    data, run = trained_copy  # one epoch trained
+    before = snapshot(run)
+    for changed in (["--epochs", "2", "--d-model", "32"], ["--epochs", "2", "--max-len", "12"]):
+        refused = train(data, run, *changed)
+        assert refused.returncode == 2, (changed, refused.stdout[-2000:], refused.stderr[-2000:])
+        assert snapshot(run) == before, changed
+    assert "resuming" in done(train(data, run, "--epochs", "2"))  # the original settings still resume

@@ -7,32 +7,13 @@ import io
 import json
 import os
 import re
-import tomllib
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT, SITE, pages, script, typeset, wait_for_charts
+from conftest import REPOSITORY, ROOT, SCREENS, SITE, cells, opened, pages, script, typeset, wait_for_charts
 
-LAPTOP = {"viewport": {"width": 1280, "height": 800}}
-WIDE_LAPTOP = {"viewport": {"width": 1366, "height": 768}}
-PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
-SCREENS = {"1280x800": LAPTOP, "1366x768": WIDE_LAPTOP, "390x844": PHONE}
 CHAPTERS = [p for p in (pages() if (SITE / "index.html").exists() else []) if re.match(r"\d", p)]
-REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-
-
-@contextlib.contextmanager
-def opened(browser, screen, name=None, site_url=None, **options):
-    "A page in a fresh context (empty cache) on the given screen, at `name` if given."
-    context = browser.new_context(**SCREENS[screen], **options)
-    page = context.new_page()
-    if name:
-        page.goto(site_url + name, wait_until="networkidle")
-    try:
-        yield page
-    finally:
-        context.close()
 
 
 def visible(page, selector):
@@ -142,17 +123,16 @@ def test_prose_lines_are_65_to_85_characters_at_1280(site_url, browser, name):
 
 
 def test_every_chapter_opens_with_its_first_sentence(site_url, browser):
-    page = browser.new_page()
-    for name in CHAPTERS:
-        page.goto(site_url + name)
-        first = page.evaluate("""() => {
-          const article = document.querySelector('article.bd-article');
-          const items = [...article.querySelectorAll('p, div.cell')].filter(e => !e.closest('blockquote')
-              && !e.querySelector('a[href*="colab.research.google.com"]'));
-          return items.length ? (items[0].matches('p') ? 'prose' : items[0].textContent.trim().slice(0, 60)) : 'nothing';
-        }""")
-        assert first == "prose", f"{name} opens with code before its first sentence: {first!r}"
-    page.close()
+    with opened(browser) as page:
+        for name in CHAPTERS:
+            page.goto(site_url + name)
+            first = page.evaluate("""() => {
+              const article = document.querySelector('article.bd-article');
+              const items = [...article.querySelectorAll('p, div.cell')].filter(e => !e.closest('blockquote')
+                  && !e.querySelector('a[href*="colab.research.google.com"]'));
+              return items.length ? (items[0].matches('p') ? 'prose' : items[0].textContent.trim().slice(0, 60)) : 'nothing';
+            }""")
+            assert first == "prose", f"{name} opens with code before its first sentence: {first!r}"
 
 
 WORDS_ON_TWO_LINES = """sel => {
@@ -273,7 +253,7 @@ def test_search_ranks_the_concepts_own_section_first_with_readable_snippets(site
 
 # --- charts -----------------------------------------------------------------------------------------------------
 
-CHART_PAGES = [p for p in ("02_layers.html", "03_model.html", "05_training.html", "06_viz.html", "26_pretrained.html", "31_experiments.html")]
+CHART_PAGES = ["02_layers.html", "03_model.html", "05_training.html", "06_viz.html", "26_pretrained.html", "31_experiments.html"]
 
 CHART_BOXES = """() => [...document.querySelectorAll('[id^="altair-viz-"]')].map(el => {
   const col = el.getBoundingClientRect(), svg = el.querySelector('svg');
@@ -386,17 +366,13 @@ def test_architecture_figure_file_is_what_the_tool_draws():
 
 # --- Colab ------------------------------------------------------------------------------------------------------
 
-def notebook(name):
-    return json.loads((ROOT / "nbs" / name).read_text())
-
-
 LONG_RUN = re.compile(r"^\s*#\|\s*(slow|gpu)\b", re.M)
 
 
 def test_notebooks_with_long_runs_ask_colab_for_a_gpu():
     for path in sorted((ROOT / "nbs").glob("*.ipynb")):
         nb = json.loads(path.read_text())
-        if any(c["cell_type"] == "code" and LONG_RUN.search("".join(c["source"])) for c in nb["cells"]):
+        if any(LONG_RUN.search(c["source"]) for c in cells(path, "code")):
             assert nb["metadata"].get("accelerator") == "GPU", f"{path.name}: no GPU requested in its metadata"
             assert nb["metadata"].get("colab", {}).get("gpuType"), f"{path.name}: no Colab GPU type"
 
@@ -408,9 +384,8 @@ def test_long_training_cells_do_not_start_without_a_gpu(monkeypatch):
     monkeypatch.delenv("ANNOTATED_TRANSFORMER_LONG_RUNS", raising=False)
     cells = 0
     for path in sorted((ROOT / "nbs").glob("*.ipynb")):
-        for cell in notebook(path.name)["cells"]:
-            source = "".join(cell["source"])
-            if cell["cell_type"] != "code" or not LONG_RUN.search(source) or not re.search(r"\b(train|build_pretrained|build_distilled)\(", source):
+        for source in (c["source"] for c in cells(path, "code")):
+            if not LONG_RUN.search(source) or not re.search(r"\b(train|build_pretrained|build_distilled)\(", source):
                 continue
             cells += 1
             cpu_torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False))
