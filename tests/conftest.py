@@ -27,6 +27,7 @@ SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 if not os.environ.get("ANNOTATED_TRANSFORMER_DATA") and SHARED.is_dir():  # `pytest` run on its own, beside CI's data
     os.environ["ANNOTATED_TRANSFORMER_DATA"] = str(SHARED)
+os.environ["TQDM_DISABLE"] = "1"  # no progress bars from the commands the tests run (a test of the bars removes it)
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N` (CI: -n 2): the cores are shared between the N workers
     import torch
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
@@ -47,7 +48,7 @@ def multi30k():
 def run_as_user(argv: list, stdin=None, env=None, cwd=None, **kwargs) -> subprocess.CompletedProcess:
     "Run a command line as a user runs it: a process of its own, without progress bars, on one thread."
     return subprocess.run(argv, input=stdin, capture_output=True, cwd=cwd,
-                          env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
                           **{"timeout": 600, **kwargs})
 
 
@@ -57,20 +58,15 @@ def cli(*args, **kwargs) -> subprocess.CompletedProcess:
 
 
 def command(capsys, *args) -> tuple[int, str, str]:
-    "Run `annotated-transformer ARGS` in this process, through the command's `main`: (status, stdout, stderr)."
+    """Run `annotated-transformer ARGS` in this process, through the command's `main`: (status, stdout, stderr). The
+    status is the exit's for the arguments that argparse refuses (it exits rather than returning)."""
     from annotated_transformer import cli as commands
-    status = commands.main([*args])
+    try:
+        status = commands.main([*args])
+    except SystemExit as stop:
+        status = stop.code
     out, err = capsys.readouterr()
     return status, out, err
-
-
-def command_exit(capsys, *args) -> tuple[int, str, str]:
-    "`command` for arguments that argparse refuses: it exits (SystemExit) instead of returning the status."
-    try:
-        return command(capsys, *args)
-    except SystemExit as stop:
-        out, err = capsys.readouterr()
-        return stop.code, out, err
 
 
 def done(result) -> str:
@@ -170,12 +166,6 @@ def stand_in(tmp_path) -> list[str]:
                       "from annotated_transformer import cli\ncli._translator = lambda args: Upper()\n"
                       "sys.exit(cli.main(sys.argv[1:]))\n")
     return [sys.executable, str(script)]
-
-
-@pytest.fixture
-def quiet(monkeypatch):
-    "No progress bars from commands run in this process."
-    monkeypatch.setenv("TQDM_DISABLE", "1")
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@
   inputs changed in place, results of another dtype, crashes in the reader's code.
 """
 import functools
-import json
 import math
 import re
 import time
@@ -18,8 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.exercises import EXERCISES, Oracle, check
-from conftest import ROOT, notebook, script
-
+from conftest import ROOT, cells, notebook, script
 
 
 def verdict(capsys, name, answer, **kwargs) -> tuple[bool, str]:
@@ -152,10 +150,10 @@ def test_numbers_written_into_the_code_fail(capsys):
         weights = (scores if mask is None else scores.masked_fill(mask == 0, -1e9)).softmax(-1)
         weights = weights if dropout is None else dropout(weights)
         return weights @ value, weights
-    fails(capsys, "attention", attention, "written into the code")
+    fails(capsys, "attention", attention, "written into")
     def make_std_mask(tgt, pad):
         return package_answer("make_std_mask").make_std_mask(tgt, 3)  # the padding id written in
-    fails(capsys, "make_std_mask", make_std_mask, "written into the code")
+    fails(capsys, "make_std_mask", make_std_mask, "written into")
 
 
 def test_an_input_changed_in_place_is_named(capsys):
@@ -222,9 +220,9 @@ def test_the_readers_prints_are_silenced(capsys):
 
 def exercise_cells(chapter: str) -> list[dict]:
     "The code cells after the chapter's '## Exercises' heading."
-    cells = json.loads((ROOT / "nbs" / f"{chapter}.ipynb").read_text())["cells"]
-    start = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Exercises"))
-    return [c for c in cells[start:] if c["cell_type"] == "code"]
+    every = cells(ROOT / "nbs" / f"{chapter}.ipynb")
+    start = next(i for i, c in enumerate(every) if c["source"].startswith("## Exercises"))
+    return [c for c in every[start:] if c["cell_type"] == "code"]
 
 
 CHAPTERS = sorted({ex.chapter for ex in EXERCISES.values()})
@@ -236,7 +234,7 @@ def test_each_stub_is_not_written_yet_and_each_folded_solution_passes(capsys, ch
     for space in stubs, solutions:
         exec("import math, torch\nfrom torch import nn\nfrom annotated_transformer.model import subsequent_mask", space)
     for cell in exercise_cells(chapter):
-        source = "".join(cell["source"])
+        source = cell["source"]
         assert "#| export" not in source, f"{chapter}: an exercise cell is exported"
         if source.startswith("#@title Solution"):
             assert cell["metadata"].get("cellView") == "form", "Colab hides a form cell's code"
@@ -245,15 +243,14 @@ def test_each_stub_is_not_written_yet_and_each_folded_solution_passes(capsys, ch
         elif not source.lstrip().startswith("check("):
             exec(source, stubs)
     for name in (n for n, ex in EXERCISES.items() if ex.chapter == chapter):
-        assert any(re.fullmatch(rf'check\("{name}", \w+\)', "".join(c["source"]).strip())
+        assert any(re.fullmatch(rf'check\("{name}", \w+\)', c["source"].strip())
                    for c in exercise_cells(chapter)), f"{chapter}: no check cell for {name}"
-        fails(capsys, name, stubs[name], "not written yet")
+        fails(capsys, name, stubs[name], "not written")
         assert verdict(capsys, name, solutions[name])[0] is True, f"{chapter}: the solution of {name} fails"
 
 
 def test_the_exercise_page_lists_every_exercise_with_a_link_to_its_chapter():
-    cells = json.loads((ROOT / "nbs" / "07_exercises.ipynb").read_text())["cells"]
-    table = next("".join(c["source"]) for c in cells if "| page | exercise |" in "".join(c["source"]))
+    table = next(c["source"] for c in cells(ROOT / "nbs" / "07_exercises.ipynb") if "| page | exercise |" in c["source"])
     rows, chapter = {}, None
     for line in table.splitlines():
         m = re.match(r"\| (?:\[[^\]]+\]\((\w+)\.ipynb#exercises\))? *\| `(\w+)\(", line)
@@ -269,7 +266,7 @@ def test_the_site_folds_solutions(tmp_path):
     notebook(tmp_path / "x.ipynb", ("markdown", "# Title"), ("markdown", "The first sentence."),
              ("code", "#@title Solution\ndef f(): return 1", [], {"cellView": "form", "jupyter": {"source_hidden": True}}))
     prepare_notebook(tmp_path / "x.ipynb", tmp_path / "y.ipynb", None)
-    cell = json.loads((tmp_path / "y.ipynb").read_text())["cells"][-1]
+    cell = cells(tmp_path / "y.ipynb")[-1]
     assert cell["source"] == "def f(): return 1"
     assert "hide-input" in cell["metadata"]["tags"]
     assert cell["metadata"]["mystnb"]["code_prompt_show"] == "Show the solution"

@@ -6,7 +6,7 @@ import pytest
 
 from annotated_transformer.recipe import read_history
 from annotated_transformer.train import TrainConfig
-from conftest import ROOT, one_line, script
+from conftest import ROOT, corpus, one_line, script
 
 experiment = script("tools/experiment.py")
 TINY = {"epochs": 1, "max_steps": 1, "val_bleu_sentences": 5, "model": {"N": 1, "d_model": 32, "d_ff": 64, "h": 2}}
@@ -113,12 +113,9 @@ def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
 
 def own_corpus(tmp_path: Path, **settings) -> dict:
     "TINY's recipe on a small corpus of its own, written into tmp_path / corpus, so that whole epochs take a second."
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for split, n in (("train", 60), ("val", 8), ("test", 8)):
-        (corpus / f"{split}.de").write_text("".join(f"ein hund {i} rennt .\n" for i in range(n)))
-        (corpus / f"{split}.en").write_text("".join(f"a dog {i} runs .\n" for i in range(n)))
-    return {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
+    folder = corpus(tmp_path / "corpus", "".join(f"ein hund {i} rennt .\n" for i in range(60)),
+                    "".join(f"a dog {i} runs .\n" for i in range(60)))
+    return {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(folder), "subwords": 100,
             "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0, **settings}
 
 

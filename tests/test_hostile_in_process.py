@@ -20,14 +20,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from annotated_transformer.checkpoint import (MANIFEST_FILE, WEIGHTS_FILE, check_manifest, save_model,
-                                              writing_folder)
+from annotated_transformer.checkpoint import MANIFEST_FILE, WEIGHTS_FILE, save_model, writing_folder
 from annotated_transformer.decoding import Translator, load_ensemble, shipped_model_dir
 from annotated_transformer.evaluation import average_checkpoints
 from annotated_transformer.model import make_model
 from annotated_transformer.train import TrainConfig
 
-from conftest import TINY_TRAIN, cli, command, command_exit, corpus, one_line, snapshot, train
+from conftest import TINY_TRAIN, cli, command, corpus, one_line, snapshot, train
 TOKENIZER = (shipped_model_dir() / "tokenizer.json").read_text()
 
 
@@ -76,19 +75,6 @@ def test_a_nan_or_an_infinity_in_the_weights_is_refused_by_every_command(tmp_pat
         Translator.from_checkpoint(bad, "cpu")
 
 
-def test_a_model_that_is_not_finite_is_not_saved(tmp_path):
-    model = make_model(11, 11, N=1, d_model=8, d_ff=16, h=2)
-    with torch.no_grad():
-        model.encoder.layers[0].feed_forward.w_2.bias[0] = float("nan")  # as after a diverged update
-    with pytest.raises(ValueError, match=r"encoder\.layers\.0\.feed_forward\.w_2\.bias.*NaN"):
-        save_model(model, tmp_path / "m")
-    with torch.no_grad():
-        model.encoder.layers[0].feed_forward.w_2.bias[0] = 70000.0  # finite, but float16 ends at 65504
-    with pytest.raises(ValueError, match="float16"):
-        save_model(model, tmp_path / "m", dtype=torch.float16)
-    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary folder
-
-
 def test_a_model_that_computes_nan_never_gives_a_translation(tmp_path):
     translator = Translator.from_checkpoint(tiny_translator(tmp_path / "m"), "cpu")
     with torch.no_grad():
@@ -111,9 +97,9 @@ def test_an_empty_path_is_refused_and_nothing_is_written(tmp_path, capsys, monke
                  ["average", "--run-dir", "", "--out", "avg"], ["average", "--inputs", "", "--out", "avg"],
                  ["translate", "--input", "", "Hallo."], ["translate", "--output", "", "Hallo."],
                  ["evaluate", "--src", "", "--ref", "x"], ["evaluate", "--src", "x", "--ref", ""], ["evaluate", "--json", ""]):
-        one_line(command_exit(capsys, *args), 2, "empty", args[args.index("") - 1])
+        one_line(command(capsys, *args), 2, "empty", args[args.index("") - 1])
     # "none" is a folder's name, not "not given": it must exist like any other
-    assert "none" in command_exit(capsys, "train", "--corpus-dir", "none", "--epochs", "1")[2]
+    assert "none" in command(capsys, "train", "--corpus-dir", "none", "--epochs", "1")[2]
     assert snapshot(tmp_path) == before
 
 
@@ -149,13 +135,6 @@ def test_average_does_not_replace_what_it_did_not_write(tmp_path, capsys):
     assert command(capsys, "average", "--inputs", *map(str, members), "--out", str(tmp_path / "avg"))[0] == 0
 
 
-def test_a_nested_ensemble_is_named_as_such(tmp_path):
-    members = [tiny_translator(tmp_path / "ensemble" / f"member_{i}", seed=i) for i in range(2)]
-    with pytest.raises(ValueError, match="checkpoint folder") as refused:
-        load_ensemble([members[0], tmp_path / "ensemble"], "cpu")
-    assert "vocabulary" not in str(refused.value)
-
-
 # ---------------------------------------------------------------- manifests
 
 @pytest.mark.parametrize("outside", ["../../x", "ABSOLUTE", ".."])
@@ -174,16 +153,6 @@ def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys):
     (ckpt / "tokenizer.json").unlink()
     (ckpt / "tokenizer.json").symlink_to(outside)  # the same bytes, somewhere else: replaceable behind the manifest's back
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, "tokenizer.json", "link")
-
-
-def test_sizes_are_checked_before_any_hashing(tmp_path, monkeypatch):
-    ckpt = tiny_translator(tmp_path / "ckpt")
-    with open(ckpt / WEIGHTS_FILE, "r+b") as f:
-        f.truncate(20 * 2**30)  # 20 GB (a sparse file: no disk used); hashing it would take minutes
-    import annotated_transformer.checkpoint as checkpoint
-    monkeypatch.setattr(checkpoint, "sha256_of", lambda path: pytest.fail(f"{path} was hashed"))
-    with pytest.raises(ValueError, match=WEIGHTS_FILE):
-        check_manifest(ckpt)
 
 
 # ---------------------------------------------------------------- the distributed environment
@@ -220,7 +189,7 @@ def test_a_missing_or_wrong_distributed_variable_is_one_line(tmp_path, capsys, m
 
 # ---------------------------------------------------------------- moved runs and changed data
 
-def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, capsys, trained_copy, quiet):
+def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, capsys, trained_copy):
     data, _ = trained_copy  # one epoch trained in tmp_path / "run"
     moved = tmp_path / "elsewhere" / "run"
     shutil.move(tmp_path / "run", moved)  # copied or moved: the folder is the run, wherever it is
@@ -233,12 +202,6 @@ def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, 
     assert snapshot(moved) == before
     status, out, err = train(capsys, moved, data, "--epochs", "3", "--allow-changed-data")
     assert status == 0 and "resuming" in out and "changed" in out, err[-2000:]
-
-
-def test_rdrop_without_dropout_is_refused(tmp_path, capsys):
-    one_line(train(capsys, tmp_path / "run", corpus(tmp_path / "corpus"), "--rdrop", "1", "--dropout", "0"), 2,
-             "--rdrop", "dropout")
-    assert not (tmp_path / "run").exists()
 
 
 # ---------------------------------------------------------------- destinations, dtypes, killed writers
@@ -318,12 +281,12 @@ def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
     ckpt = tiny_translator(tmp_path / "ckpt")
     one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "loop" / "avg")), 2, "symbolic links")
     one_line(command(capsys, "train", "--out-dir", str(tmp_path / "loop"), "--epochs", "1"), 2, "symbolic links")
-    assert "symbolic links" in command_exit(capsys, "translate", "--checkpoint", str(tmp_path / "loop"), "x")[2]
+    assert "symbolic links" in command(capsys, "translate", "--checkpoint", str(tmp_path / "loop"), "x")[2]
 
 
 # ---------------------------------------------------------------- a run is one run
 
-def test_a_run_without_last_is_not_trained_on(trained_copy, capsys, quiet):
+def test_a_run_without_last_is_not_trained_on(trained_copy, capsys):
     data, run = trained_copy
     shutil.rmtree(run / "last")  # a finished run whose last/ was deleted: its history and best/ are still there
     (run / ".lock.holder").write_text("pid 1 on \x1b[31mred")  # a dead run's name, with an escape code
@@ -335,7 +298,7 @@ def test_a_run_without_last_is_not_trained_on(trained_copy, capsys, quiet):
         {k: v for k, v in before.items() if k != ".lock.holder"}  # one epoch in its history, its best/ as it was
 
 
-def test_a_run_folder_starts_over_only_when_asked(trained_copy, capsys, quiet):
+def test_a_run_folder_starts_over_only_when_asked(trained_copy, capsys):
     data, run = trained_copy
     for path in run.iterdir():  # as a run killed before its first epoch was saved leaves it
         if path.name not in ("train_config.json", "data.json") and not path.name.startswith("."):  # (the lock stays)
@@ -355,7 +318,7 @@ def test_a_run_folder_starts_over_only_when_asked(trained_copy, capsys, quiet):
     assert len((run / "history.jsonl").read_text().splitlines()) == 1 and not (run / "epoch_002").exists()
 
 
-def test_a_resume_keeps_its_start(tmp_path, capsys, quiet):
+def test_a_resume_keeps_its_start(tmp_path, capsys):
     data = corpus(tmp_path / "corpus")
     assert train(capsys, tmp_path / "base", data, "--epochs", "2")[0] == 0
     start, other = tmp_path / "base" / "epoch_001", tmp_path / "base" / "epoch_002"
@@ -375,7 +338,7 @@ def test_a_resume_keeps_its_start(tmp_path, capsys, quiet):
     assert status == 0 and "resuming" in out, err[-2000:]
 
 
-def test_an_out_dir_in_a_checkpoint_is_refused_before_anything(trained_copy, capsys, quiet):
+def test_an_out_dir_in_a_checkpoint_is_refused_before_anything(trained_copy, capsys):
     data, run = trained_copy
     best = run / "best"
     before = snapshot(best)
@@ -385,7 +348,7 @@ def test_an_out_dir_in_a_checkpoint_is_refused_before_anything(trained_copy, cap
 
 
 def test_a_huge_epochs_is_refused_at_once(tmp_path, capsys):
-    status, _, err = command_exit(capsys, "train", "--epochs", "10000000", "--out-dir", str(tmp_path / "run"))
+    status, _, err = command(capsys, "train", "--epochs", "10000000", "--out-dir", str(tmp_path / "run"))
     assert status == 2 and "--epochs" in err and not (tmp_path / "run").exists()  # refused before any data is read
 
 
@@ -433,7 +396,7 @@ def read_only(tmp_path):
     folder.chmod(0o755)
 
 
-def test_an_output_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only, quiet):
+def test_an_output_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only):
     src, ref = tmp_path / "in.de", tmp_path / "ref.en"
     src.write_text("Ein Hund läuft.\n")
     ref.write_text("A dog runs.\n")
@@ -443,7 +406,7 @@ def test_an_output_nobody_may_write_is_refused_before_any_work(tmp_path, capsys,
     assert snapshot(read_only) == {"kept.txt": b"kept\n"}
 
 
-def test_a_run_folder_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only, quiet):
+def test_a_run_folder_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only):
     data = corpus(tmp_path / "corpus")
     one_line(train(capsys, read_only / "run", data, "--epochs", "1"), 2, str(read_only))
     one_line(command(capsys, "copy-task", "--out", str(read_only / "copy"), "--epochs", "1"), 2, str(read_only))

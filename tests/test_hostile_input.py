@@ -45,29 +45,12 @@ def test_a_data_folder_that_is_a_file_is_named(tmp_path):
              2, "ANNOTATED_TRANSFORMER_DATA", str(tmp_path / "afile"))
 
 
-def test_a_line_separator_inside_sentences_keeps_the_pairs_aligned(tmp_path):
-    "U+2028, NEL and form feed are characters of a sentence: only '\\n' ends a line, so pair N stays pair N."
-    from annotated_transformer.data import load_parallel
-    src = "".join(f"satz{i}\u2028teil\n" if i % 3 == 0 else f"satz{i}\x85\x0c\n" for i in range(30))
-    tgt = "".join(f"sentence{i}\n" for i in range(30))
-    c = corpus(tmp_path / "c", src, tgt)
-    pairs = load_parallel(c, "train", "de", "en")
-    assert len(pairs) == 30
-    assert all(s.startswith(f"satz{i}") and t == f"sentence{i}" for i, (s, t) in enumerate(pairs))
-
-
 # ---------------------------------------------------------------- options and the environment
 
 @pytest.mark.parametrize("name,value", [
     ("ANNOTATED_TRANSFORMER_DEVICE", "banana"), ("WORLD_SIZE", "two")])
 def test_odd_environment_values_are_one_line_exit_2(name, value):
     one_line(cli("translate", "x", env={name: value}), 2, name)
-
-
-def test_a_path_too_long_for_the_file_system_is_named(tmp_path):
-    long = str(tmp_path / ("y" * 300))
-    one_line(cli("translate", "--checkpoint", long, "x"), 2, long)
-    one_line(cli("average", "--inputs", str(shipped_model_dir()), "--out", long + "/avg"), 2, long)
 
 
 # ---------------------------------------------------------------- stdin and stdout

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from annotated_transformer.experiments import read_record, runs_table, single_epoch_spread, spread_between_runs
-from conftest import ROOT
+from conftest import ROOT, cells
 
 RESULTS = ROOT / "results" / "experiments"
 PAGE = ROOT / "nbs" / "31_experiments.ipynb"
@@ -25,11 +25,9 @@ def test_every_experiment_file_has_its_record_and_every_record_its_file():
 
 def test_every_experiment_file_has_a_section_that_reads_its_record():
     "A section of the page renders a record: one of its code cells reads it with read_record."
-    code = "\n".join("".join(cell["source"]) for cell in json.loads(PAGE.read_text())["cells"]
-                     if cell["cell_type"] == "code")
+    code = "\n".join(cell["source"] for cell in cells(PAGE, "code"))
     read = set(re.findall(r"""read_record\(\s*["']([\w-]+)["']""", code))
-    assert set(EXPERIMENTS) <= read, sorted(set(EXPERIMENTS) - read)
-    assert read <= set(EXPERIMENTS), sorted(read - set(EXPERIMENTS))
+    assert read == set(EXPERIMENTS), sorted(read ^ set(EXPERIMENTS))
 
 
 def rows(name: str, **options) -> tuple[dict, object, list]:
@@ -88,10 +86,6 @@ def test_the_single_epoch_spread_is_the_largest_gap_of_one_epoch():
     assert spreads["same seed, two CPUs"] == round(max(abs(v - other[e]) for e, v in one.items()), 2)
 
 
-def all_runs():
-    return [(name, run) for name in EXPERIMENTS for run in read_record(name, RESULTS)["runs"]]
-
-
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_a_runs_table_says_where_each_run_stopped_and_why(name):
     record, table, runs = rows(name)
@@ -108,7 +102,8 @@ def test_a_runs_table_says_where_each_run_stopped_and_why(name):
 
 
 def test_the_budget_stopped_runs_are_the_ones_the_old_records_stopped():
-    stopped = {(name, run["name"]) for name, run in all_runs() if run.get("stopped_after_budget")}
+    stopped = {(name, run["name"]) for name in EXPERIMENTS for run in read_record(name, RESULTS)["runs"]
+               if run.get("stopped_after_budget")}
     assert stopped == {("ablation", "words, untied"), ("ablation", "subwords, untied"),
                        ("norm_placement", "post-norm, warmup 800"), ("norm_placement", "pre-norm, warmup 1600")}
 
