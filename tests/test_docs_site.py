@@ -137,8 +137,10 @@ def test_layout_uses_the_screen(site_url, browser):
     assert visible_search == 1, f"{visible_search} search boxes on the page"
 
 
-def test_site_is_small(site):
+def test_site_is_small_and_holds_no_build_files(site):
     "Under 15 MB, not counting the shipped model's files that the in-browser translator fetches (the package's own, checked by hash)."
+    leftovers = [p.name for p in site.iterdir() if p.name in (".doctrees", ".buildinfo", "_sources")]
+    assert not leftovers, f"build files in the published folder: {leftovers}"
     model = site / "_static" / "live" / "model"
     assert (model / "model.safetensors").is_file(), "the docs build copies the shipped model for the in-browser translator"
     total = sum(f.stat().st_size for f in site.rglob("*") if f.is_file() and model not in f.parents)
@@ -558,11 +560,6 @@ def test_charts_follow_the_dark_theme(site_url, browser):
             assert c["bg"] in ("none", "transparent") or (len(bg) == 4 and bg[3] == 0) or sum(bg[:3]) < 200, f"white chart card in dark mode: {c}"
             assert sum(rgb(c["text"])[:3]) > 450, f"axis labels too dark for the dark theme: {c}"
             assert sum(rgb(c["behind"])[:3]) < 200, f"the chart sits on a light card in the dark theme: {c}"
-
-
-def test_no_build_cache_in_the_published_site(site):
-    leftovers = [p.name for p in site.iterdir() if p.name in (".doctrees", ".buildinfo", "_sources")]
-    assert not leftovers, f"build files in the published folder: {leftovers}"
 
 
 # --- the architecture figure ------------------------------------------------------------------------------------

@@ -39,6 +39,12 @@ def tiny_translator(folder: Path, dtype=None, seed: int = 0) -> Path:
                       extra_config={"src_lang": "de", "tgt_lang": "en"})
 
 
+@pytest.fixture
+def ckpt(tmp_path) -> Path:
+    "A tiny translation checkpoint (`tiny_translator`) in tmp_path / ckpt."
+    return tiny_translator(tmp_path / "ckpt")
+
+
 def reseal(folder: Path, also=()) -> None:
     "Write the manifest anew for the files as they are (what a damaged save would have sealed), and for `also`: {name: file}."
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
@@ -86,10 +92,9 @@ def test_a_model_that_computes_nan_never_gives_a_translation(tmp_path):
 
 # ---------------------------------------------------------------- empty paths
 
-def test_an_empty_path_is_refused_and_nothing_is_written(tmp_path, capsys, monkeypatch):
+def test_an_empty_path_is_refused_and_nothing_is_written(tmp_path, capsys, monkeypatch, ckpt):
     "An empty path is a user's mistake (an unset variable), not 'not given': refused at parse time, or when read."
     monkeypatch.chdir(tmp_path)  # an empty path would have been this folder
-    ckpt = tiny_translator(tmp_path / "ckpt")
     before = snapshot(tmp_path)
     for args in (["copy-task", "--out", ""], ["train", "--out-dir", ""], ["train", "--corpus-dir", ""],
                  ["train", "--data-dir", ""], ["translate", "--checkpoint", "", "x"], ["evaluate", "--checkpoint", ""],
@@ -103,9 +108,8 @@ def test_an_empty_path_is_refused_and_nothing_is_written(tmp_path, capsys, monke
     assert snapshot(tmp_path) == before
 
 
-def test_an_empty_path_is_refused_by_the_python_api(tmp_path, monkeypatch):
+def test_an_empty_path_is_refused_by_the_python_api(tmp_path, monkeypatch, ckpt):
     monkeypatch.chdir(tmp_path)
-    ckpt = tiny_translator(tmp_path / "ckpt")
     model = make_model(11, 11, N=1, d_model=8, d_ff=16, h=2)
     for call in (lambda: save_model(model, ""), lambda: Translator.from_checkpoint(""), lambda: load_ensemble([ckpt, ""]),
                  lambda: average_checkpoints([ckpt], ""), lambda: TrainConfig(out_dir=""),
@@ -138,16 +142,14 @@ def test_average_does_not_replace_what_it_did_not_write(tmp_path, capsys):
 # ---------------------------------------------------------------- manifests
 
 @pytest.mark.parametrize("outside", ["../../x", "ABSOLUTE", ".."])
-def test_a_manifest_names_files_of_its_folder_only(tmp_path, capsys, outside):
-    ckpt = tiny_translator(tmp_path / "ckpt")
+def test_a_manifest_names_files_of_its_folder_only(tmp_path, capsys, outside, ckpt):
     target = tmp_path / "x"
     target.write_text("not part of the checkpoint")
     reseal(ckpt, {str(target) if outside == "ABSOLUTE" else outside: target})
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
 
 
-def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys):
-    ckpt = tiny_translator(tmp_path / "ckpt")
+def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys, ckpt):
     outside = tmp_path / "tokenizer.json"
     outside.write_text(TOKENIZER)
     (ckpt / "tokenizer.json").unlink()
@@ -157,14 +159,11 @@ def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys):
 
 # ---------------------------------------------------------------- the distributed environment
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_rank_outside_the_world_is_refused_before_any_rendezvous(tmp_path):
-    env = {"RANK": "5", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "5", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     try:  # before the check, rank 5 waited for ranks 0 and 1 forever
         res = cli("train", "--epochs", "1", "--out-dir", str(tmp_path / "run"), env=env, timeout=120)
     except subprocess.TimeoutExpired:
@@ -262,9 +261,8 @@ def test_a_closed_stdout_is_one_line():
     one_line(res, 2, "standard output")
 
 
-def test_json_nested_too_deeply_is_bad_input(tmp_path, capsys):
+def test_json_nested_too_deeply_is_bad_input(tmp_path, capsys, ckpt):
     deep = "[" * 100_000 + "]" * 100_000
-    ckpt = tiny_translator(tmp_path / "ckpt")
     (ckpt / MANIFEST_FILE).write_text(deep)
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
     (ckpt / MANIFEST_FILE).unlink()
@@ -276,9 +274,8 @@ def test_json_nested_too_deeply_is_bad_input(tmp_path, capsys):
     one_line(command(capsys, "train", "--out-dir", str(run), "--epochs", "1"), 2, "nested")
 
 
-def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
+def test_a_symlink_loop_is_named_as_one(tmp_path, capsys, ckpt):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    ckpt = tiny_translator(tmp_path / "ckpt")
     one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "loop" / "avg")), 2, "symbolic links")
     one_line(command(capsys, "train", "--out-dir", str(tmp_path / "loop"), "--epochs", "1"), 2, "symbolic links")
     assert "symbolic links" in command(capsys, "translate", "--checkpoint", str(tmp_path / "loop"), "x")[2]

@@ -113,7 +113,7 @@ def test_data_does_not_import_training():
 
 
 def test_notebooks_stay_light():
-    "No notebook over 370 KB (the site shows each as one page; tests/test_site_reading.py weighs the built pages)."
+    "No notebook over 370 KB (the site shows each as one page; tests/test_docs_site.py weighs the built pages)."
     for nb in NOTEBOOKS:
         assert nb.stat().st_size <= 370_000, f"{nb.name}: {nb.stat().st_size / 1000:.0f} KB"
 
