@@ -15,7 +15,7 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-from conftest import REPOSITORY, ROOT, SCREENS, SITE, expected_charts, opened, pages, script, typeset, wait_for_charts
+from conftest import REPOSITORY, ROOT, SITE, expected_charts, opened, pages, script, typeset, wait_for_charts
 
 
 # Bytes a page may load with an empty cache (sum of the response bodies). Vega is loaded only with charts and MathJax
@@ -125,16 +125,6 @@ def test_api_page_covers_every_module():
     listed = set(re.findall(r"automodule:: annotated_transformer\.(\w+)", (ROOT / "docs" / "api.md").read_text()))
     modules = {p.stem for p in (ROOT / "annotated_transformer").glob("*.py") if not p.stem.startswith("_")}
     assert modules <= listed, f"missing from docs/api.md: {sorted(modules - listed)}"
-
-
-def test_layout_uses_the_screen(site_url, browser):
-    "At 1280 px the content column holds code and charts beside both sidebars (the phone's width: in the test above)."
-    with opened(browser, name="01_attention.html", site_url=site_url) as wide:
-        column = wide.evaluate("document.querySelector('.bd-article-container').getBoundingClientRect().width")
-        visible_search = wide.evaluate("[...document.querySelectorAll('.search-button-field, .bd-search input')]"
-                                       ".filter(e => e.offsetParent !== null).length")
-    assert column >= 640, f"content column only {column:.0f} px wide at 1280 px"
-    assert visible_search == 1, f"{visible_search} search boxes on the page"
 
 
 def test_site_is_small_and_holds_no_build_files(site):
@@ -286,6 +276,8 @@ def on_screen(page, locator) -> bool:
 
 def test_phone_menu_opens_and_its_links_work(site_url, browser):
     with opened(browser, "390x844", "05_training.html", site_url) as page:
+        link = page.locator(f".bd-header-article a[href='{REPOSITORY}']").first  # the header links to the code
+        assert link.is_visible() and on_screen(page, link), f"the phone's header has no visible link to {REPOSITORY}"
         visible(page, ".primary-toggle").tap()
         link = page.locator("#pst-primary-sidebar-modal a", has_text="Seeing the Transformer").first  # the next page
         opens(link, "menu")
@@ -328,18 +320,19 @@ def test_laptop_shows_chapters_and_page_contents_without_a_tap(site_url, browser
             assert loc.is_visible() and on_screen(page, loc), f"{name} at {screen}: the {what} is not visible"
         width = page.locator(".bd-sidebar-secondary").evaluate("e => e.getBoundingClientRect().width")
         assert width >= 150, f"{name} at {screen}: the page contents are only {width:.0f} px wide"
+        # the content column holds code and charts beside both sidebars, under one search box and a link to the code
+        column = page.evaluate("document.querySelector('.bd-article-container').getBoundingClientRect().width")
+        assert column >= 640, f"{name} at {screen}: the content column is only {column:.0f} px wide"
+        boxes = page.evaluate("[...document.querySelectorAll('.search-button-field, .bd-search input')]"
+                              ".filter(e => e.offsetParent !== null).length")
+        assert boxes == 1, f"{name} at {screen}: {boxes} search boxes"
+        link = page.locator(f".bd-header-article a[href='{REPOSITORY}']").first
+        assert link.is_visible() and on_screen(page, link), f"{name} at {screen}: no visible link to {REPOSITORY}"
         anchor = contents.get_attribute("href")[1:]
         contents.click()
         page.wait_for_timeout(600)
         top = page.evaluate("id => document.getElementById(decodeURIComponent(id)).getBoundingClientRect().top", anchor)
         assert -5 <= top <= 300, f"{name} at {screen}: the contents link did not bring its section into view"
-
-
-def test_header_links_to_the_repository(site_url, browser):
-    for screen in SCREENS:
-        with opened(browser, screen, "01_attention.html", site_url) as page:
-            link = page.locator(f".bd-header-article a[href='{REPOSITORY}']").first
-            assert link.is_visible() and on_screen(page, link), f"at {screen} the header has no visible link to {REPOSITORY}"
 
 
 # --- reading ----------------------------------------------------------------------------------------------------

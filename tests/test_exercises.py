@@ -67,10 +67,6 @@ def test_each_known_mistake_is_named(capsys, name, key):
     fails(capsys, name, EXERCISES[name].wrong(key), key)
 
 
-def test_make_std_mask_takes_a_function_or_a_class_that_has_it(capsys):
-    assert verdict(capsys, "Batch.make_std_mask", package_answer("make_std_mask").make_std_mask)[0] is True
-
-
 def test_the_references_agree_with_pytorch():
     "The references, written for the checker, agree with PyTorch's own attention, multi-head attention and losses."
     ex = EXERCISES
@@ -127,7 +123,7 @@ def test_sys_exit_and_keyboard_interrupt_are_reported_and_the_process_goes_on(ca
     fails(capsys, "rate", rate, type(stop).__name__)
 
 
-def test_the_global_state_the_answer_changes_is_put_back(capsys):
+def test_the_global_state_the_answer_changes_is_put_back_and_its_prints_silenced(capsys):
     def attention(query, key, value, mask=None, dropout=None):
         torch.set_default_dtype(torch.float64)
         torch.set_grad_enabled(False)
@@ -142,6 +138,11 @@ def test_the_global_state_the_answer_changes_is_put_back(capsys):
     finally:
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
+    def rate(step, model_size, factor, warmup):  # and what it prints is silenced
+        print("debugging", step)
+        return package_answer("rate")(step, model_size, factor, warmup)
+    ok, out = verdict(capsys, "rate", rate)
+    assert ok and "debugging" not in out, out
 
 
 def test_numbers_written_into_the_code_fail(capsys):
@@ -199,6 +200,8 @@ def test_odd_answers_get_a_clear_message(capsys, name, answer, word):
 
 def test_names_are_forgiving_and_an_unknown_name_lists_the_exercises(capsys):
     assert verdict(capsys, "label smoothing", package_answer("LabelSmoothing"))[0] is True
+    # make_std_mask: a function, or a class that has it (the package's Batch, above)
+    assert verdict(capsys, "Batch.make_std_mask", package_answer("make_std_mask").make_std_mask)[0] is True
     out = fails(capsys, "attentoin", package_answer("attention"), "no exercise")
     assert all(name in out for name in EXERCISES), out
 
@@ -206,14 +209,6 @@ def test_names_are_forgiving_and_an_unknown_name_lists_the_exercises(capsys):
 def test_the_checkers_own_failure_is_reported_not_raised(capsys, monkeypatch):
     monkeypatch.setattr(EXERCISES["rate"], "properties", [lambda ex, answer: {}["missing"]])
     fails(capsys, "rate", package_answer("rate"), "bug")
-
-
-def test_the_readers_prints_are_silenced(capsys):
-    def rate(step, model_size, factor, warmup):
-        print("debugging", step)
-        return package_answer("rate")(step, model_size, factor, warmup)
-    ok, out = verdict(capsys, "rate", rate)
-    assert ok and "debugging" not in out, out
 
 
 # --- the exercise cells of the chapters -----------------------------------------------------------------------------

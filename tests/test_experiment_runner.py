@@ -119,15 +119,12 @@ def own_corpus(tmp_path: Path, **settings) -> dict:
             "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0, **settings}
 
 
-def test_runs_with_the_same_settings_share_a_folder(tmp_path):
+def test_runs_with_the_same_settings_share_a_folder_and_only_they_do(tmp_path):
     "The folder of a run is named by the settings it changes, so experiments that need one run train it once."
     spec = {"runs": {"the recipe": {}, "again": {"cooldown": None}, "fp32": {"precision": "fp32"}}}
     planned = experiment.planned_runs(spec, write(tmp_path, "x", spec), tmp_path)
     assert [Path(r["config"].out_dir).name for r in planned] == ["recipe", "recipe", "precision-fp32"]
-
-
-def test_a_student_with_the_references_has_a_corpus_of_its_own(tmp_path):
-    "The same teachers with and without the references make two corpora, in two folders: neither reuses the other's."
+    # the same teachers with and without the references make two corpora, in two folders: neither reuses the other's
     spec = {"runs": {"t": {}, "alone": {"distilled_from": ["t"]},
                      "with refs": {"distilled_from": ["t"], "with_references": True, "epochs": 19}}}
     planned = {r["name"]: r for r in experiment.planned_runs(spec, write(tmp_path, "x", spec), tmp_path)}

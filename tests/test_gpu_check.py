@@ -43,10 +43,6 @@ def judge_run(folder: Path) -> subprocess.CompletedProcess:
                            "--compare", str(folder)], capture_output=True, text=True, timeout=60)
 
 
-def test_script_parses():
-    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
-
-
 BAD = [(("--bogus",), "--bogus"), *((("--steps", bad), "--steps") for bad in ("8", "0", "1,,2", "a")),
        *((("--steps", only, "--no-bench"), "--no-bench") for only in ("5", "6", "7", "5,6,7"))]  # benchmarks only
 
@@ -65,15 +61,6 @@ def test_without_a_gpu_it_stops_before_writing_the_log(tmp_path):
     assert not log.exists()
 
 
-def test_covers_what_the_readme_promises():
-    text = SCRIPT.read_text()
-    for piece in ("nbdev-test --flags gpu", "copy-task", "train --out-dir", "translate --checkpoint",
-                  "evaluate --checkpoint", "benchmarks/train_step.py --device cuda", "benchmarks/decode.py", "--compile",
-                  "--device cuda", "benchmarks/gpu_step.py --device cuda"):
-        assert piece in text, piece
-    assert "gpu_check.sh" in (ROOT / "README.md").read_text()
-
-
 def test_no_bench_leaves_out_the_benchmark_steps_in_either_order():
     "--no-bench removes the benchmark steps (5, 6 and 7), before or after --steps (--steps of those only: BAD above)."
     for args, steps in ((("--no-bench", "--steps", "1,5,6"), "1"), (("--steps", "1,5", "--no-bench"), "1"),
@@ -81,7 +68,13 @@ def test_no_bench_leaves_out_the_benchmark_steps_in_either_order():
         assert done(run(*args, "--dry-run")).split()[1] == steps, args  # "steps 1,2,3,4 (of 1-7)"
 
 
-def test_help_is_the_header_comment():
+def test_the_script_parses_covers_what_the_readme_promises_and_its_help_is_the_header_comment():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    for piece in ("nbdev-test --flags gpu", "copy-task", "train --out-dir", "translate --checkpoint",
+                  "evaluate --checkpoint", "benchmarks/train_step.py --device cuda", "benchmarks/decode.py", "--compile",
+                  "--device cuda", "benchmarks/gpu_step.py --device cuda"):
+        assert piece in SCRIPT.read_text(), piece
+    assert "gpu_check.sh" in (ROOT / "README.md").read_text()
     header = [re.sub(r"^# ?", "", line)  # the comment under the #! line, without its "# "
               for line in itertools.takewhile(lambda line: line.startswith("#"), SCRIPT.read_text().splitlines()[1:])]
     res = run("--help")
@@ -111,14 +104,6 @@ def test_a_stopped_check_logs_the_step_in_flight(tmp_path, signal, status):
         time.sleep(0.1)
     assert "training the copy task" in lines
     assert "STOPPED" in lines[-1] and "copy-task" in lines[-1], lines[-3:]  # the step in flight
-
-
-def test_the_gpu_tables_in_the_docs_are_lines_of_the_check_log():
-    "results_gpu_train_step.txt (the table docs/17_gpu.md shows) holds only lines of the check's log, in the log's order."
-    log = iter((ROOT / "benchmarks" / "results_gpu.txt").read_text().splitlines())
-    table = [line for line in (ROOT / "benchmarks" / "results_gpu_train_step.txt").read_text().splitlines() if line]
-    assert any(line.startswith("| fast |") for line in table)
-    assert all(line in log for line in table)  # `in` on an iterator consumes it: each line found after the one before
 
 
 def measured_rows() -> dict[str, list[str]]:
@@ -184,7 +169,7 @@ def expected_figures() -> dict[str, tuple[list[float], str, str]]:
     }
 
 
-def test_the_measured_figures_on_gpus_are_those_of_their_logs():
+def test_the_figures_and_tables_of_the_gpu_page_are_those_of_their_logs():
     "Every row of docs/17_gpu.md's table of measured figures: its numbers, machine and log, read from the files it links."
     rows, expected = measured_rows(), expected_figures()
     assert set(rows) == set(expected)
@@ -195,6 +180,11 @@ def test_the_measured_figures_on_gpus_are_those_of_their_logs():
         assert (ROOT / "benchmarks" / log).is_file()
     assert all(f"NVIDIA {m.split(',')[0]}" in (ROOT / "benchmarks" / log).read_text() or log.endswith(".jsonl")
                for _, m, log in expected.values())
+    # results_gpu_train_step.txt (the table the page shows) holds only lines of the check's log, in the log's order
+    log = iter((ROOT / "benchmarks" / "results_gpu.txt").read_text().splitlines())
+    table = [line for line in (ROOT / "benchmarks" / "results_gpu_train_step.txt").read_text().splitlines() if line]
+    assert any(line.startswith("| fast |") for line in table)
+    assert all(line in log for line in table)  # `in` on an iterator consumes it: each line found after the one before
 
 
 def test_what_holds_across_the_gpu_runs():

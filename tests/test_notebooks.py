@@ -18,10 +18,6 @@ def code_cells(nb_path):
     return [c["source"] for c in cells(nb_path, "code")]
 
 
-def test_there_are_notebooks():
-    assert len(NOTEBOOKS) >= 4
-
-
 # What each extra of pyproject.toml brings, and the package modules that cannot be imported without it.
 EXTRA_USES = {"viz": {"packages": ("altair", "pandas", "vl_convert"), "modules": ("viz",)},
               "mt": {"packages": ("spacy", "sacrebleu", "tokenizers"), "modules": ("data", "subwords", "train", "decoding", "pretrained", "experiments", "cli", "options")},
@@ -105,15 +101,13 @@ def test_teaching_chapters_are_plain():
         assert ours <= set(TEACHING), f"{name} imports {sorted(ours - set(TEACHING))} (not a teaching chapter)"
         for word in TOOLKIT_WORDS:
             assert word not in text, f"{name}.py uses {word!r}: that belongs in the toolkit chapter"
-
-
-def test_data_does_not_import_training():
     imported = imports_of(ast.parse((ROOT / "annotated_transformer" / "data.py").read_text()))[0]
-    assert "training" not in imported and "fast" not in imported, imported
+    assert "training" not in imported and "fast" not in imported, imported  # nor does the data chapter train
 
 
 def test_notebooks_stay_light():
     "No notebook over 370 KB (the site shows each as one page; tests/test_docs_site.py weighs the built pages)."
+    assert len(NOTEBOOKS) >= 4
     for nb in NOTEBOOKS:
         assert nb.stat().st_size <= 370_000, f"{nb.name}: {nb.stat().st_size / 1000:.0f} KB"
 

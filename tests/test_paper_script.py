@@ -30,13 +30,10 @@ def run_alone(script: Path, cwd: Path, timeout: int, *args: str) -> subprocess.C
                           timeout=timeout)
 
 
-def test_the_script_is_what_the_notebooks_give():
+def test_the_script_is_what_the_notebooks_give_and_holds_every_name_they_export():
+    "Each name that the package's part-1 modules export (their __all__) is defined in the script itself."
     assert SCRIPT.read_text() == tool.render(), \
         "the_annotated_transformer.py is not what the notebooks give: run python tools/paper_script.py"
-
-
-def test_the_script_holds_every_exported_name_of_the_notebooks_it_is_made_of():
-    "Each name that the package's part-1 modules export (their __all__) is defined in the script itself."
     tree = ast.parse(SCRIPT.read_text())
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
