@@ -47,17 +47,14 @@ def test_cached_greedy_equals_plain_loop(seed, eos, pre_norm, fast):
         greedy_decode(m, src, src_mask, 20, 0, None).tolist()
 
 
-def test_beam_of_one_decodes_as_greedy():
+def test_beam_of_one_decodes_as_greedy_and_a_banned_token_never_comes_out():
     "(An ensemble of one decodes as its model: below.)"
     m = eos_model(3, eos=3.0)
     src, src_mask = sources(3)
     plain = strip(greedy_decode(m, src, src_mask, 20, 0, EOS))
     found, _ = beam_search(m, src, src_mask, beam_size=1, max_extra=20)
     assert [row[1:] for row in plain] == [f[:19] for f in found]
-
-
-def test_banned_token_never_output():
-    m = eos_model(2, eos=0.0)
+    m = eos_model(2, eos=0.0)  # a banned token is never output
     src, src_mask = sources(2)
     free = greedy_decode_cached(m, src, src_mask, 20)
     words = free[:, 1:].flatten()

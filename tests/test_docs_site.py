@@ -108,9 +108,16 @@ def test_charts_math_and_tooltips(site_url, browser):
             assert page.locator("mjx-container").count() > 3, f"{name}: math not rendered"
 
 
-def test_exercise_solutions_are_folded_until_opened(site_url, browser):
+def test_code_copies_and_exercise_solutions_are_folded_until_opened(site_url, browser):
     "An exercise's solution (a Colab form cell) shows only its 'Show the solution' line until the reader opens it."
-    with opened(browser, name="01_attention.html", site_url=site_url) as page:
+    with opened(browser, "1280x800", "01_attention.html", site_url, permissions=["clipboard-read", "clipboard-write"]) as page:
+        block = page.locator("div.cell_input div.highlight").first  # a code block's copy button copies its code
+        block.scroll_into_view_if_needed()
+        block.hover()
+        button = block.locator("button.copybtn")
+        button.wait_for(state="visible", timeout=5000)
+        button.click()
+        assert page.evaluate("navigator.clipboard.readText()").strip() == block.locator("pre").inner_text().strip()
         folds = page.locator("details", has_text="Show the solution")
         assert folds.count() == 2, "01_attention: one folded solution per exercise"
         code = folds.first.locator("pre").first
@@ -439,18 +446,6 @@ def test_laptop_centres_the_display_equations_that_fit(site_url, browser, name):
         assert shifts, f"{name}: no display equation narrower than its column"
         off = [s for s in shifts if abs(s) > 25]  # the equation's link icon takes a little of the row
         assert not off, f"{name}: display equations off the column's centre by {off} px"
-
-
-def test_copy_button_copies_the_code(site_url, browser):
-    with opened(browser, "1280x800", "01_attention.html", site_url, permissions=["clipboard-read", "clipboard-write"]) as page:
-        block = page.locator("div.cell_input div.highlight").first
-        block.scroll_into_view_if_needed()
-        block.hover()
-        button = block.locator("button.copybtn")
-        button.wait_for(state="visible", timeout=5000)
-        button.click()
-        copied = page.evaluate("navigator.clipboard.readText()")
-        assert copied.strip() == block.locator("pre").inner_text().strip()
 
 
 SEARCHES = {"label smoothing": "05_training.html#label-smoothing-section-5-4",

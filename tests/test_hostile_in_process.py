@@ -331,17 +331,14 @@ def test_a_resume_keeps_its_start(tmp_path, capsys):
     assert status == 0 and "resuming" in out, err[-2000:]
 
 
-def test_an_out_dir_in_a_checkpoint_is_refused_before_anything(trained_copy, capsys):
+def test_an_out_dir_in_a_checkpoint_or_a_huge_epochs_is_refused_before_anything(tmp_path, trained_copy, capsys):
     data, run = trained_copy
     best = run / "best"
     before = snapshot(best)
     for out in (best, best / "inside"):
         one_line(train(capsys, out, data, "--epochs", "1"), 2, "checkpoint")
         assert snapshot(best) == before and not (best / ".lock").exists()
-
-
-def test_a_huge_epochs_is_refused_at_once(tmp_path, capsys):
-    status, _, err = command(capsys, "train", "--epochs", "10000000", "--out-dir", str(tmp_path / "run"))
+    status, _, err = command(capsys, "train", "--epochs", "10000000", "--out-dir", str(tmp_path / "run"))  # at once
     assert status == 2 and "--epochs" in err and not (tmp_path / "run").exists()  # refused before any data is read
 
 

@@ -130,16 +130,11 @@ def test_an_edited_config_is_refused_before_building(model_copy, key, value, say
     one_line(cli("translate", "--checkpoint", str(model_copy), "--trust", "Ein Hund."), 2, says)
 
 
-def fake_run(folder: Path) -> Path:
-    "A training run's folder as `train` leaves it: claimed by the run, with a checkpoint in last/ and epoch_001/."
-    with run_lock(folder):
-        for name in ("last", "epoch_001"):
-            shutil.copytree(shipped_model_dir(), folder / name)
-    return folder
-
-
 def test_commands_do_not_write_into_a_run(tmp_path):
-    run = fake_run(tmp_path / "run")
+    run = tmp_path / "run"
+    with run_lock(run):  # a training run's folder as `train` leaves it: claimed, with a checkpoint in last/ and epoch_001/
+        for name in ("last", "epoch_001"):
+            shutil.copytree(shipped_model_dir(), run / name)
     before = snapshot(run)
     one_line(cli("copy-task", "--out", str(run / "last"), "--epochs", "1", "--batches-per-epoch", "1", "--threads", "1"),
              2, "training run")

@@ -40,6 +40,10 @@ LONG_RUN = re.compile(r"^\s*#\|\s*(slow|gpu)\b", re.M)  # a cell that nbdev-test
 
 def test_every_notebook_has_the_colab_setup_cell():
     "One hidden cell installs the package with the extras the notebook needs; a notebook with long runs asks for a GPU."
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra, uses in EXTRA_USES.items():  # each extra of pyproject.toml lists the packages it brings
+        missing = [p for p in uses["packages"] if p not in " ".join(declared[extra]).replace("-", "_")]
+        assert not missing, f"[{extra}] in pyproject.toml does not list {missing}"
     for nb in NOTEBOOKS:
         setup = [c for c in code_cells(nb) if "google.colab" in c]
         assert len(setup) == 1, f"{nb.name}: expected one Colab setup cell"
@@ -75,14 +79,6 @@ def test_long_training_cells_do_not_start_without_a_gpu(monkeypatch):
                 exec(compile(source, path.name, "exec"), names)
             assert "Skipped" in printed.getvalue() and "GPU" in printed.getvalue(), f"{path.name}: a long cell says nothing when skipped"
     assert found >= 3
-
-
-def test_extras_declared_in_pyproject():
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for extra, uses in EXTRA_USES.items():
-        names = " ".join(extras[extra]).replace("-", "_")
-        for package in uses["packages"]:
-            assert package in names, f"[{extra}] in pyproject.toml does not list {package}"
 
 
 # The paper's chapters (01-05) show one plain path each; everything else reaches the model from later chapters.

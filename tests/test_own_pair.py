@@ -116,8 +116,8 @@ def test_a_language_code_spacy_has_no_tokenizer_for_is_refused_first(run, tmp_pa
     one_line(command(capsys, "evaluate", "--checkpoint", str(odd), "--corpus-dir", str(empty)), 2, "tgt_lang", "french")
 
 
-def test_the_shipped_model_on_files_gives_sacrebleus_score(multi30k, tmp_path):
-    "Through --src/--ref, on files it never saw: the BLEU and chrF sacreBLEU gives on the translations it writes."
+def test_scores_are_sacrebleus(multi30k, french, tmp_path):
+    "The shipped model through --src/--ref, on files it never saw: the BLEU and chrF sacreBLEU gives its translations."
     import sacrebleu
     de, en = (read_lines(multi30k[f"test_2016_flickr.{lang}.gz"])[:40] for lang in ("de", "en"))
     (tmp_path / "mine.de").write_text("\n".join(de) + "\n")
@@ -130,6 +130,14 @@ def test_the_shipped_model_on_files_gives_sacrebleus_score(multi30k, tmp_path):
     assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [en]).score, abs=1e-9)
     assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [en]).score, abs=1e-9)
     assert result["sentences"] == 40 and result["checkpoint"] == str(shipped_model_dir().resolve())
+    # the English-French run's recorded beam-4 translations of test2016 score the test BLEU its record states
+    root = ROOT / "results" / "en-fr"
+    hyps = (root / "test2016_beam4.fr").read_text(encoding="utf-8").splitlines()
+    refs = read_lines(french / "test_2016_flickr.fr.gz")
+    recorded = next(s["bleu"] for s in json.loads((root / "scores.json").read_text())["scores"]
+                    if s["split"] == "test" and s["beam_size"] == 4)
+    assert len(hyps) == len(refs) == 1000
+    assert round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2) == recorded
 
 
 def test_bad_test_files_are_one_line_and_exit_2(tmp_path, capsys):
@@ -194,15 +202,3 @@ def test_ctrl_c_keeps_the_finished_lines(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(commands, "_translator", lambda args: Upper(stop_at=1))
     assert commands.main(["translate", "--input", str(source), "--output", str(tmp_path / "b.en")]) == 130
     assert not (tmp_path / "b.en").exists() and not (tmp_path / "b.en.partial").exists()
-
-
-def test_the_french_record_gives_its_score(french):
-    "The English-French run's recorded beam-4 translations of test2016 score the test BLEU its record states."
-    import sacrebleu
-    root = ROOT / "results" / "en-fr"
-    hyps = (root / "test2016_beam4.fr").read_text(encoding="utf-8").splitlines()
-    refs = read_lines(french / "test_2016_flickr.fr.gz")
-    recorded = next(s["bleu"] for s in json.loads((root / "scores.json").read_text())["scores"]
-                    if s["split"] == "test" and s["beam_size"] == 4)
-    assert len(hyps) == len(refs) == 1000
-    assert round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2) == recorded

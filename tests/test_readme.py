@@ -217,10 +217,10 @@ def test_benchmark_page_includes_result_files():
         "a measured figure typed into the page: it belongs in the included result files"
 
 
-def test_the_benchmark_page_says_what_the_recheck_measured():
-    "docs/19_benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
-    first, recheck = (read_tables((ROOT / "benchmarks" / name).read_text())
-                      for name in ("results_train_step.txt", "results_train_step_recheck.txt"))
+def test_the_benchmark_page_says_what_the_recheck_and_the_rdrop_run_measured():
+    "docs/19_benchmarks.md's words on results_train_step_recheck.txt and _rdrop.txt, against them and the first one."
+    first, recheck, rdrop = (read_tables((ROOT / "benchmarks" / f"results_train_step{name}.txt").read_text())
+                             for name in ("", "_recheck", "_rdrop"))
     assert set(first) == set(recheck) == {"small", "base"}
     for model, rows in recheck.items():
         assert rows["fast+compile"][0] < rows["fast"][0]  # "compiling is still slower than the eager step there"
@@ -229,12 +229,7 @@ def test_the_benchmark_page_says_what_the_recheck_measured():
         assert 0.8 <= slower["explicit"] < 1, slower  # "the fp32 teaching path only a little slower"
     assert recheck["small"]["fast+compile"][1] > recheck["small"]["fast"][1]  # "more memory at its peak for the small model"
     assert recheck["base"]["fast"][0] < 2.5 * recheck["base"]["explicit"][0] <= first["base"]["fast"][0]  # "less than 2.5 times"
-
-
-def test_the_benchmark_page_says_what_the_rdrop_run_measured():
-    "docs/19_benchmarks.md's words on results_train_step_rdrop.txt, against that file and the first one."
-    first, rdrop = (read_tables((ROOT / "benchmarks" / name).read_text())
-                    for name in ("results_train_step.txt", "results_train_step_rdrop.txt"))
+    # the R-Drop run
     assert set(rdrop) == {"small"} and set(rdrop["small"]) == {"fast", "explicit", "torch", "fast+rdrop"}
     rows, before = rdrop["small"], first["small"]
     slower = {k: rows[k][0] / before[k][0] for k in ("fast", "explicit", "torch")}
@@ -255,10 +250,9 @@ def test_decode_results_agree():
 
 def test_decode_benchmark_writes_json(tmp_path, multi30k):
     out = tmp_path / "decode.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--checkpoint",
-                          str(ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"), "--limit", "4",
-                          "--batch-sizes", "4", "--json", str(out)], capture_output=True, text=True, timeout=600)
-    done(res)
+    done(subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--checkpoint",
+                         str(ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"), "--limit", "4",
+                         "--batch-sizes", "4", "--json", str(out)], capture_output=True, text=True, timeout=600))
     data = json.loads(out.read_text())
     assert data["sentences"] == 4 and len(data["rows"]) == 3 and data["identical_greedy"] is not None
     assert data["parameters"] > 0 and "threads" in data["device"]

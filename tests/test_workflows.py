@@ -7,14 +7,6 @@ import yaml
 from conftest import ROOT
 
 
-def workflow():
-    return yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
-
-
-def run_lines(job):
-    return [line.strip() for step in job["steps"] if "run" in step for line in step["run"].splitlines() if line.strip()]
-
-
 def ci_run_commands():
     "The commands of .ci/run that install and test (comments, `set` and `cd` left out)."
     lines = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines()]
@@ -27,9 +19,10 @@ def normalise(command):
 
 
 def test_workflow_parses_runs_what_ci_runs_and_deploys_the_site_from_main():
-    wf = workflow()
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
     assert {"test", "deploy"} <= set(wf["jobs"])
-    steps = [normalise(l) for l in run_lines(wf["jobs"]["test"])]
+    steps = [normalise(line.strip()) for step in wf["jobs"]["test"]["steps"] if "run" in step
+             for line in step["run"].splitlines() if line.strip()]
     for command in ci_run_commands():
         assert normalise(command) in steps, f".ci/run does `{command}`, the workflow does not"
     assert steps[-1] == "bash tools/check.sh"
