@@ -552,14 +552,6 @@ def test_charts_follow_the_dark_theme(site_url, browser):
 
 # --- the architecture figure ------------------------------------------------------------------------------------
 
-def model_layernorms():
-    "LayerNorm modules of each stack of the model make_model builds by default, with one layer per stack."
-    from annotated_transformer.layers import LayerNorm
-    from annotated_transformer.model import make_model
-    model = make_model(10, 10, N=1, d_model=16, d_ff=32, h=2)
-    return tuple(sum(isinstance(m, LayerNorm) for m in stack.modules()) for stack in (model.encoder, model.decoder))
-
-
 @pytest.mark.parametrize("name", ["index.html", "03_model.html"])
 def test_architecture_figure_is_legible_on_a_phone_and_drawn_as_built(site_url, browser, name):
     with opened(browser, "390x844", name, site_url) as page:
@@ -582,7 +574,11 @@ def test_architecture_figure_is_legible_on_a_phone_and_drawn_as_built(site_url, 
     assert m["smallest"] >= 11, f"{name}: smallest text {m['smallest']:.1f} px on a phone"
     assert m["underlined"] == 0, f"{name}: {m['underlined']} underlined labels"
     assert m["tap"] >= 20, f"{name}: a block is only {m['tap']:.0f} px tall to tap"
-    assert (m["enc"], m["dec"]) == model_layernorms(), "the figure's LayerNorms are not those of the model make_model builds"
+    from annotated_transformer.layers import LayerNorm
+    from annotated_transformer.model import make_model
+    model = make_model(10, 10, N=1, d_model=16, d_ff=32, h=2)  # by default, with one layer per stack
+    norms = tuple(sum(isinstance(mod, LayerNorm) for mod in stack.modules()) for stack in (model.encoder, model.decoder))
+    assert (m["enc"], m["dec"]) == norms, "the figure's LayerNorms are not those of the model make_model builds"
     assert m["residuals"] == 5, f"{name}: {m['residuals']} residual connections drawn (2 per encoder layer, 3 per decoder layer)"
 
 
