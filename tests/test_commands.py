@@ -56,12 +56,10 @@ def test_translate_keeps_one_line_per_line(args, stdin, lines):
 
 
 def test_translate_names_the_bad_line_and_translates_nothing():
-    res = cli("translate", stdin=b"Ein Hund.\n\xff\xfe oops\nZwei.\n")
-    one_line(res, 2, "line 2", "UTF-8")
-    assert res.stdout == b""
-    res = cli("translate", stdin=("Ein Hund.\n" + "Hund " * 5000 + "\n").encode())
-    one_line(res, 2, "line 2", "tokens")
-    assert res.stdout == b""
+    for stdin, says in ((b"Ein Hund.\n\xff\xfe oops\nZwei.\n", "UTF-8"), (f"Ein Hund.\n{'Hund ' * 5000}\n".encode(), "tokens")):
+        res = cli("translate", stdin=stdin)
+        one_line(res, 2, "line 2", says)
+        assert res.stdout == b""
 
 
 def test_average_refuses_to_overwrite_an_input_or_a_last_folder(tmp_path):

@@ -246,13 +246,10 @@ def test_the_temporary_folder_of_a_killed_writer_is_removed_by_the_next(tmp_path
 
 # ---------------------------------------------------------------- messages that name the real problem
 
-def test_an_argument_that_is_not_utf8_is_one_line():
+def test_an_argument_that_is_not_utf8_or_a_closed_stdout_is_one_line():
     res = cli("translate", b"ein \xff Hund")
     one_line(res, 2, "argument 2", "UTF-8")
     assert res.stdout == b""
-
-
-def test_a_closed_stdout_is_one_line():
     res = cli("translate", "Ein Hund.", preexec_fn=lambda: os.close(1))  # as `annotated-transformer ... >&-`
     one_line(res, 2, "standard output")
 

@@ -51,8 +51,7 @@ def test_a_data_folder_that_is_a_file_is_named(tmp_path):
 
 # ---------------------------------------------------------------- options and the environment
 
-@pytest.mark.parametrize("name,value", [
-    ("ANNOTATED_TRANSFORMER_DEVICE", "banana"), ("WORLD_SIZE", "two")])
+@pytest.mark.parametrize("name,value", [("ANNOTATED_TRANSFORMER_DEVICE", "banana"), ("WORLD_SIZE", "two")])
 def test_odd_environment_values_are_one_line_exit_2(name, value):
     one_line(cli("translate", "x", env={name: value}), 2, name)
 
