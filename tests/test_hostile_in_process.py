@@ -335,8 +335,8 @@ def test_an_out_dir_in_a_checkpoint_or_a_huge_epochs_is_refused_before_anything(
     for out in (best, best / "inside"):
         one_line(train(capsys, out, data, "--epochs", "1"), 2, "checkpoint")
         assert snapshot(best) == before and not (best / ".lock").exists()
-    status, _, err = command(capsys, "train", "--epochs", "10000000", "--out-dir", str(tmp_path / "run"))  # at once
-    assert status == 2 and "--epochs" in err and not (tmp_path / "run").exists()  # refused before any data is read
+    status, _, err = command(capsys, "train", "--epochs", "10000000", "--out-dir", str(tmp_path / "new"))  # at once
+    assert status == 2 and "--epochs" in err and not (tmp_path / "new").exists()  # refused before any data is read
 
 
 # ---------------------------------------------------------------- smaller cases
