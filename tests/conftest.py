@@ -6,6 +6,7 @@ Data: the Multi30k files are found as the library finds them; `tools/check.sh` p
 gives torch its share of the cores. Every test that uses `site` or `browser` gets the marker `browser`: CI runs them,
 and `pytest -m "not browser"` leaves them out."""
 import ast
+import contextlib
 import functools
 import http.server
 import importlib.util
@@ -16,14 +17,17 @@ import shutil
 import subprocess
 import sys
 import threading
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
+REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 if not os.environ.get("ANNOTATED_TRANSFORMER_DATA") and SHARED.is_dir():  # `pytest` run on its own, beside CI's data
     os.environ["ANNOTATED_TRANSFORMER_DATA"] = str(SHARED)
+os.environ["TQDM_DISABLE"] = "1"  # no progress bars from the commands the tests run (a test of the bars removes it)
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N` (CI: -n 2): the cores are shared between the N workers
     import torch
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
@@ -44,7 +48,7 @@ def multi30k():
 def run_as_user(argv: list, stdin=None, env=None, cwd=None, **kwargs) -> subprocess.CompletedProcess:
     "Run a command line as a user runs it: a process of its own, without progress bars, on one thread."
     return subprocess.run(argv, input=stdin, capture_output=True, cwd=cwd,
-                          env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
                           **{"timeout": 600, **kwargs})
 
 
@@ -54,20 +58,15 @@ def cli(*args, **kwargs) -> subprocess.CompletedProcess:
 
 
 def command(capsys, *args) -> tuple[int, str, str]:
-    "Run `annotated-transformer ARGS` in this process, through the command's `main`: (status, stdout, stderr)."
+    """Run `annotated-transformer ARGS` in this process, through the command's `main`: (status, stdout, stderr). The
+    status is the exit's for the arguments that argparse refuses (it exits rather than returning)."""
     from annotated_transformer import cli as commands
-    status = commands.main([*args])
+    try:
+        status = commands.main([*args])
+    except SystemExit as stop:
+        status = stop.code
     out, err = capsys.readouterr()
     return status, out, err
-
-
-def command_exit(capsys, *args) -> tuple[int, str, str]:
-    "`command` for arguments that argparse refuses: it exits (SystemExit) instead of returning the status."
-    try:
-        return command(capsys, *args)
-    except SystemExit as stop:
-        out, err = capsys.readouterr()
-        return stop.code, out, err
 
 
 def done(result) -> str:
@@ -77,17 +76,19 @@ def done(result) -> str:
     return text(result.stdout)
 
 
-def one_line(result, status: int, *says: str) -> str:
-    "`result` (of `cli` or `command`) ended with `status` and one line of stderr, no traceback, naming each of `says`."
+def one_line(result, status: int, *says: str, last: bool = False) -> str:
+    """`result` (of `cli` or `command`) ended with `status` and one line of stderr, no traceback, naming each of `says`.
+    `last`: judge the last line only (a training run's progress bars come above it)."""
     if isinstance(result, subprocess.CompletedProcess):
         got, err = result.returncode, result.stderr if isinstance(result.stderr, str) else result.stderr.decode()
     else:
         got, _, err = result
     assert got == status, (got, err[-3000:])
-    assert err.strip().count("\n") == 0 and "Traceback" not in err, err[-3000:]
+    assert "Traceback" not in err and (last or err.strip().count("\n") == 0), err[-3000:]
+    line = err.strip().splitlines()[-1] if err.strip() else ""
     for word in says:
-        assert word in err, (word, err)
-    return err
+        assert word in line, (word, err[-3000:])
+    return line
 
 
 @functools.cache
@@ -129,6 +130,12 @@ def notebook(path: Path, *cells: tuple) -> Path:
     return path
 
 
+def cells(path: Path, kind: str = "") -> list[dict]:
+    "A notebook's cells (only those of `kind`, 'code' or 'markdown', if given), each with its source as one string."
+    return [{**c, "source": "".join(c["source"])} for c in json.loads(Path(path).read_text())["cells"]
+            if kind in ("", c["cell_type"])]
+
+
 def snapshot(folder: Path) -> dict:
     "Every file under `folder` with its bytes: two equal snapshots mean nothing was written, changed or removed."
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -159,12 +166,6 @@ def stand_in(tmp_path) -> list[str]:
                       "from annotated_transformer import cli\ncli._translator = lambda args: Upper()\n"
                       "sys.exit(cli.main(sys.argv[1:]))\n")
     return [sys.executable, str(script)]
-
-
-@pytest.fixture
-def quiet(monkeypatch):
-    "No progress bars from commands run in this process."
-    monkeypatch.setenv("TQDM_DISABLE", "1")
 
 
 @pytest.fixture
@@ -285,6 +286,25 @@ def browser():
         b.close()
 
 
+SCREENS = {"1280x800": {"viewport": {"width": 1280, "height": 800}},
+           "1366x768": {"viewport": {"width": 1366, "height": 768}},
+           "390x844": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True,
+                       "device_scale_factor": 2}}
+
+
+@contextlib.contextmanager
+def opened(browser, screen="1280x800", name=None, site_url=None, **options):
+    "A page in a fresh context (empty cache) on one of the SCREENS, at `name` if given; closed after the block."
+    context = browser.new_context(**SCREENS[screen], **options)
+    page = context.new_page()
+    try:
+        if name:
+            page.goto(site_url + name, wait_until="networkidle")
+        yield page
+    finally:
+        context.close()
+
+
 def pages():
     "The site's pages, without the small pages that send nbdev's links (`attention.html#...`) on to their target."
     return sorted(p.relative_to(SITE).as_posix() for p in SITE.glob("*.html")
@@ -297,8 +317,8 @@ def expected_charts(page_name: str) -> list[str]:
     if not nb.exists():
         return []
     ids = []
-    for cell in json.loads(nb.read_text())["cells"]:
-        if cell["cell_type"] != "code" or "".join(cell["source"]).lstrip().startswith("#| hide"):
+    for cell in cells(nb, "code"):
+        if cell["source"].lstrip().startswith("#| hide"):
             continue
         for output in cell.get("outputs", []):
             html = "".join(output.get("data", {}).get("text/html", []))

@@ -19,20 +19,11 @@ V, WORLD = 23, 2
 
 
 def global_batches(steps):
-    "For each step, WORLD micro-batches of id pairs with different lengths (so padding differs)."
+    "For each step, WORLD micro-batches of 3 to 6 id pairs, each side 3 to 11 ids between <s> and </s> (padding differs)."
     g = torch.Generator().manual_seed(7)
-    out = []
-    for _ in range(steps):
-        micro = []
-        for _ in range(WORLD):
-            pairs = []
-            for _ in range(int(torch.randint(3, 7, (1,), generator=g))):
-                ls, lt = (int(x) for x in torch.randint(3, 12, (2,), generator=g))
-                pairs.append(([0] + torch.randint(4, V, (ls,), generator=g).tolist() + [1],
-                              [0] + torch.randint(4, V, (lt,), generator=g).tolist() + [1]))
-            micro.append(pairs)
-        out.append(micro)
-    return out
+    draw = lambda low, high, n=1: torch.randint(low, high, (n,), generator=g).tolist()
+    ids = lambda: [0] + draw(4, V, draw(3, 12)[0]) + [1]
+    return [[[(ids(), ids()) for _ in range(draw(3, 7)[0])] for _ in range(WORLD)] for _ in range(steps)]
 
 
 def main(out_dir, steps, precision="fp32"):

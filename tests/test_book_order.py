@@ -1,13 +1,12 @@
 """One order: a page's number is its place in the menu and in the imports. A module imports only modules of lower
 numbers; a notebook uses only modules of its own part or earlier ones; the paper's part imports nothing of the toolkit."""
 import ast
-import json
 import re
 import sys
 
 import pytest
 
-from conftest import ROOT, imports_of
+from conftest import ROOT, cells, imports_of
 
 PACKAGE = ROOT / "annotated_transformer"
 PAPER_LIBRARIES = {"torch", "altair", "pandas"}  # what part 1's modules may import besides the standard library
@@ -15,13 +14,8 @@ PAPER_LIBRARIES = {"torch", "altair", "pandas"}  # what part 1's modules may imp
 
 def module_numbers() -> dict[str, int]:
     "Each exported module by name, with the number of the notebook it is exported from."
-    numbers = {}
-    for nb in sorted((ROOT / "nbs").glob("[0-9]*.ipynb")):
-        for cell in json.loads(nb.read_text())["cells"]:
-            m = re.search(r"^#\|\s*default_exp\s+(\w+)", "".join(cell["source"]), re.M)
-            if cell["cell_type"] == "code" and m:
-                numbers[m[1]] = int(nb.stem.split("_")[0])
-    return numbers
+    return {m[1]: int(nb.stem.split("_")[0]) for nb in sorted((ROOT / "nbs").glob("[0-9]*.ipynb"))
+            for cell in cells(nb, "code") if (m := re.search(r"^#\|\s*default_exp\s+(\w+)", cell["source"], re.M))}
 
 
 NUMBERS = module_numbers()
@@ -54,11 +48,9 @@ def test_the_exercises_checker_uses_only_the_paper():
 def test_a_notebook_uses_only_its_part_and_earlier_ones(nb):
     part = int(nb.stem.split("_")[0]) // 10
     used = set()
-    for cell in json.loads(nb.read_text())["cells"]:
-        if cell["cell_type"] == "code":
-            source = "\n".join(l for l in "".join(cell["source"]).splitlines()
-                               if not l.lstrip().startswith(("!", "%")))  # shell and magic lines are not Python
-            used |= imports_of(ast.parse(source))[0]
+    for cell in cells(nb, "code"):
+        source = "\n".join(l for l in cell["source"].splitlines() if not l.lstrip().startswith(("!", "%")))
+        used |= imports_of(ast.parse(source))[0]  # (shell and magic lines are not Python)
     later = {m: NUMBERS[m] for m in used if m in NUMBERS and NUMBERS[m] // 10 > part}
     assert not later, f"{nb.stem} uses modules of later parts: {later}"
 
@@ -70,14 +62,13 @@ PAGES = sorted((ROOT / "nbs").glob("[0-9]*.ipynb"), key=lambda p: int(p.stem.spl
 def test_code_cells_fit_on_a_screen(nb):
     "A code cell of parts 1 and 2 (the paper, running it for real) is at most 80 lines; any other at most 120."
     limit = 80 if int(nb.stem.split("_")[0]) < 20 else 120
-    lengths = [len("".join(c["source"]).splitlines()) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    lengths = [len(c["source"].splitlines()) for c in cells(nb, "code")]
     assert max(lengths, default=0) <= limit, f"{nb.stem}: a code cell of {max(lengths)} lines (limit {limit})"
 
 
 def test_pages_point_by_title_not_by_chapter_number():
     "Prose names a page by its title and a link: a chapter's number is not what the menu shows a reader."
-    texts = [(nb.stem, "".join(c["source"])) for nb in PAGES + [ROOT / "nbs" / "index.ipynb"]
-             for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown"]
+    texts = [(nb.stem, c["source"]) for nb in PAGES + [ROOT / "nbs" / "index.ipynb"] for c in cells(nb, "markdown")]
     texts += [(p.stem, p.read_text()) for p in (ROOT / "docs").glob("*.md")]
     found = [(name, m[0]) for name, text in texts for m in re.finditer(r"\bchapters? \d+", text, re.I)]
     assert not found, found

@@ -1,8 +1,15 @@
 """The contract of every command, run as a user runs it (a subprocess): exit 0 on success; bad input exits 2 with
-one line naming the option or input line and what was expected; a fault exits 1 with one line and a hint to --debug."""
+one line naming the option or input line and what was expected; a fault exits 1 with one line and a hint to --debug.
+The copy-task command runs in full and in mixed precision (the training itself is tested in its notebook)."""
+import os
+import subprocess
+import sys
+
 import pytest
+import torch
 
 from annotated_transformer.decoding import shipped_model_dir
+from annotated_transformer.training import greedy_decode
 from conftest import cli, done, one_line, swapped_vocabulary
 
 
@@ -28,10 +35,9 @@ BAD_OPTIONS = [  # (arguments, the key word the one line must hold: the option, 
     (["train", "--max-len", "10000000"], "--max-len"),
     (["train", "--d-model", "1e9"], "--d-model"),
     (["copy-task", "--seq-len", "1"], "--seq-len"),
-    (["evaluate", "--data-dir", "/tmp/" + "x" * 300], "--data-dir"),
-    (["translate", "--checkpoint", "", "x"], "--checkpoint"),
-    (["evaluate", "--checkpoint", ""], "--checkpoint"),
-    (["train", "--corpus-dir", ""], "--corpus-dir"),
+    (["evaluate", "--data-dir", "/tmp/" + "x" * 300], "--data-dir"),  # a path too long for the file system
+    (["translate", "--checkpoint", "/tmp/" + "y" * 300, "x"], "y" * 300),
+    (["average", "--inputs", str(shipped_model_dir()), "--out", "/tmp/" + "y" * 300 + "/avg"], "y" * 300),
 ]
 
 
@@ -50,12 +56,10 @@ def test_translate_keeps_one_line_per_line(args, stdin, lines):
 
 
 def test_translate_names_the_bad_line_and_translates_nothing():
-    res = cli("translate", stdin=b"Ein Hund.\n\xff\xfe oops\nZwei.\n")
-    one_line(res, 2, "line 2", "UTF-8")
-    assert res.stdout == b""
-    res = cli("translate", stdin=("Ein Hund.\n" + "Hund " * 5000 + "\n").encode())
-    one_line(res, 2, "line 2", "tokens")
-    assert res.stdout == b""
+    for stdin, says in ((b"Ein Hund.\n\xff\xfe oops\nZwei.\n", "UTF-8"), (f"Ein Hund.\n{'Hund ' * 5000}\n".encode(), "tokens")):
+        res = cli("translate", stdin=stdin)
+        one_line(res, 2, "line 2", says)
+        assert res.stdout == b""
 
 
 def test_average_refuses_to_overwrite_an_input_or_a_last_folder(tmp_path):
@@ -87,3 +91,30 @@ def test_the_shipped_model_is_the_default_checkpoint():
                       for args in ([], ["--checkpoint", str(shipped_model_dir())]))
     assert default == named and len(default.splitlines()) == 2
 
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["bars", "TQDM_DISABLE"])
+def test_command_line_runs_and_tqdm_disable_silences_the_progress_bars(tmp_path, quiet):
+    """TQDM_DISABLE=1, tqdm's own switch, keeps the bars out of logs (the GPU check sets it); without it they show."""
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"} | ({"TQDM_DISABLE": "1"} if quiet else {})
+    res = subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "copy-task", "--epochs", "1",
+                          "--batches-per-epoch", "2", "--out", str(tmp_path / "ckpt"), "--device", "cpu"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    done(res)
+    assert ("epoch 1/1" in res.stderr) is not quiet, res.stderr
+    assert (tmp_path / "ckpt" / "model.safetensors").is_file() and (tmp_path / "ckpt" / "config.json").is_file()
+
+
+def test_command_line_trains_in_bf16_and_the_checkpoint_decodes_in_fp32(tmp_path):
+    """CPU bf16 autocast applies CUDA's dtype rules: this is the CI proxy for mixed-precision training on a GPU."""
+    out = tmp_path / "bf16"
+    assert "bf16" in done(cli("copy-task", "--precision", "bf16", "--epochs", "2", "--batches-per-epoch", "3",
+                              "--batch-size", "16", "--d-model", "32", "--d-ff", "64", "--out", str(out), "--device",
+                              "cpu", "--examples", "2", text=True))
+    from annotated_transformer.checkpoint import load_model
+    model = load_model(out, "cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    src = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        ys = greedy_decode(model, src, torch.ones(1, 1, 10, dtype=torch.bool), max_len=10, start_symbol=1)
+    assert ys.shape == (1, 10) and ys[0, 0].item() == 1
+    assert all(torch.isfinite(p).all() for p in model.parameters())

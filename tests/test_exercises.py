@@ -7,7 +7,6 @@
   inputs changed in place, results of another dtype, crashes in the reader's code.
 """
 import functools
-import json
 import math
 import re
 import time
@@ -18,8 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.exercises import EXERCISES, Oracle, check
-from conftest import ROOT, notebook, script
-
+from conftest import ROOT, cells, notebook, script
 
 
 def verdict(capsys, name, answer, **kwargs) -> tuple[bool, str]:
@@ -67,10 +65,6 @@ MISTAKES = [(name, key) for name, ex in EXERCISES.items() for key in ex.mistakes
 @pytest.mark.parametrize("name, key", MISTAKES, ids=[f"{n}: {k}" for n, k in MISTAKES])
 def test_each_known_mistake_is_named(capsys, name, key):
     fails(capsys, name, EXERCISES[name].wrong(key), key)
-
-
-def test_make_std_mask_takes_a_function_or_a_class_that_has_it(capsys):
-    assert verdict(capsys, "Batch.make_std_mask", package_answer("make_std_mask").make_std_mask)[0] is True
 
 
 def test_the_references_agree_with_pytorch():
@@ -129,7 +123,7 @@ def test_sys_exit_and_keyboard_interrupt_are_reported_and_the_process_goes_on(ca
     fails(capsys, "rate", rate, type(stop).__name__)
 
 
-def test_the_global_state_the_answer_changes_is_put_back(capsys):
+def test_the_global_state_the_answer_changes_is_put_back_and_its_prints_silenced(capsys):
     def attention(query, key, value, mask=None, dropout=None):
         torch.set_default_dtype(torch.float64)
         torch.set_grad_enabled(False)
@@ -144,6 +138,11 @@ def test_the_global_state_the_answer_changes_is_put_back(capsys):
     finally:
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
+    def rate(step, model_size, factor, warmup):  # and what it prints is silenced
+        print("debugging", step)
+        return package_answer("rate")(step, model_size, factor, warmup)
+    ok, out = verdict(capsys, "rate", rate)
+    assert ok and "debugging" not in out, out
 
 
 def test_numbers_written_into_the_code_fail(capsys):
@@ -152,10 +151,10 @@ def test_numbers_written_into_the_code_fail(capsys):
         weights = (scores if mask is None else scores.masked_fill(mask == 0, -1e9)).softmax(-1)
         weights = weights if dropout is None else dropout(weights)
         return weights @ value, weights
-    fails(capsys, "attention", attention, "written into the code")
+    fails(capsys, "attention", attention, "written into")
     def make_std_mask(tgt, pad):
         return package_answer("make_std_mask").make_std_mask(tgt, 3)  # the padding id written in
-    fails(capsys, "make_std_mask", make_std_mask, "written into the code")
+    fails(capsys, "make_std_mask", make_std_mask, "written into")
 
 
 def test_an_input_changed_in_place_is_named(capsys):
@@ -201,6 +200,8 @@ def test_odd_answers_get_a_clear_message(capsys, name, answer, word):
 
 def test_names_are_forgiving_and_an_unknown_name_lists_the_exercises(capsys):
     assert verdict(capsys, "label smoothing", package_answer("LabelSmoothing"))[0] is True
+    # make_std_mask: a function, or a class that has it (the package's Batch, above)
+    assert verdict(capsys, "Batch.make_std_mask", package_answer("make_std_mask").make_std_mask)[0] is True
     out = fails(capsys, "attentoin", package_answer("attention"), "no exercise")
     assert all(name in out for name in EXERCISES), out
 
@@ -210,21 +211,13 @@ def test_the_checkers_own_failure_is_reported_not_raised(capsys, monkeypatch):
     fails(capsys, "rate", package_answer("rate"), "bug")
 
 
-def test_the_readers_prints_are_silenced(capsys):
-    def rate(step, model_size, factor, warmup):
-        print("debugging", step)
-        return package_answer("rate")(step, model_size, factor, warmup)
-    ok, out = verdict(capsys, "rate", rate)
-    assert ok and "debugging" not in out, out
-
-
 # --- the exercise cells of the chapters -----------------------------------------------------------------------------
 
 def exercise_cells(chapter: str) -> list[dict]:
     "The code cells after the chapter's '## Exercises' heading."
-    cells = json.loads((ROOT / "nbs" / f"{chapter}.ipynb").read_text())["cells"]
-    start = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Exercises"))
-    return [c for c in cells[start:] if c["cell_type"] == "code"]
+    every = cells(ROOT / "nbs" / f"{chapter}.ipynb")
+    start = next(i for i, c in enumerate(every) if c["source"].startswith("## Exercises"))
+    return [c for c in every[start:] if c["cell_type"] == "code"]
 
 
 CHAPTERS = sorted({ex.chapter for ex in EXERCISES.values()})
@@ -236,7 +229,7 @@ def test_each_stub_is_not_written_yet_and_each_folded_solution_passes(capsys, ch
     for space in stubs, solutions:
         exec("import math, torch\nfrom torch import nn\nfrom annotated_transformer.model import subsequent_mask", space)
     for cell in exercise_cells(chapter):
-        source = "".join(cell["source"])
+        source = cell["source"]
         assert "#| export" not in source, f"{chapter}: an exercise cell is exported"
         if source.startswith("#@title Solution"):
             assert cell["metadata"].get("cellView") == "form", "Colab hides a form cell's code"
@@ -245,15 +238,14 @@ def test_each_stub_is_not_written_yet_and_each_folded_solution_passes(capsys, ch
         elif not source.lstrip().startswith("check("):
             exec(source, stubs)
     for name in (n for n, ex in EXERCISES.items() if ex.chapter == chapter):
-        assert any(re.fullmatch(rf'check\("{name}", \w+\)', "".join(c["source"]).strip())
+        assert any(re.fullmatch(rf'check\("{name}", \w+\)', c["source"].strip())
                    for c in exercise_cells(chapter)), f"{chapter}: no check cell for {name}"
-        fails(capsys, name, stubs[name], "not written yet")
+        fails(capsys, name, stubs[name], "not written")
         assert verdict(capsys, name, solutions[name])[0] is True, f"{chapter}: the solution of {name} fails"
 
 
 def test_the_exercise_page_lists_every_exercise_with_a_link_to_its_chapter():
-    cells = json.loads((ROOT / "nbs" / "07_exercises.ipynb").read_text())["cells"]
-    table = next("".join(c["source"]) for c in cells if "| page | exercise |" in "".join(c["source"]))
+    table = next(c["source"] for c in cells(ROOT / "nbs" / "07_exercises.ipynb") if "| page | exercise |" in c["source"])
     rows, chapter = {}, None
     for line in table.splitlines():
         m = re.match(r"\| (?:\[[^\]]+\]\((\w+)\.ipynb#exercises\))? *\| `(\w+)\(", line)
@@ -269,7 +261,7 @@ def test_the_site_folds_solutions(tmp_path):
     notebook(tmp_path / "x.ipynb", ("markdown", "# Title"), ("markdown", "The first sentence."),
              ("code", "#@title Solution\ndef f(): return 1", [], {"cellView": "form", "jupyter": {"source_hidden": True}}))
     prepare_notebook(tmp_path / "x.ipynb", tmp_path / "y.ipynb", None)
-    cell = json.loads((tmp_path / "y.ipynb").read_text())["cells"][-1]
+    cell = cells(tmp_path / "y.ipynb")[-1]
     assert cell["source"] == "def f(): return 1"
     assert "hide-input" in cell["metadata"]["tags"]
     assert cell["metadata"]["mystnb"]["code_prompt_show"] == "Show the solution"

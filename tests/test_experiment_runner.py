@@ -6,7 +6,7 @@ import pytest
 
 from annotated_transformer.recipe import read_history
 from annotated_transformer.train import TrainConfig
-from conftest import ROOT, script
+from conftest import ROOT, corpus, one_line, script
 
 experiment = script("tools/experiment.py")
 TINY = {"epochs": 1, "max_steps": 1, "val_bleu_sentences": 5, "model": {"N": 1, "d_model": 32, "d_ff": 64, "h": 2}}
@@ -113,24 +113,18 @@ def test_a_fine_tuning_starts_from_the_choice_of_the_run_it_tunes(tmp_path):
 
 def own_corpus(tmp_path: Path, **settings) -> dict:
     "TINY's recipe on a small corpus of its own, written into tmp_path / corpus, so that whole epochs take a second."
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for split, n in (("train", 60), ("val", 8), ("test", 8)):
-        (corpus / f"{split}.de").write_text("".join(f"ein hund {i} rennt .\n" for i in range(n)))
-        (corpus / f"{split}.en").write_text("".join(f"a dog {i} runs .\n" for i in range(n)))
-    return {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(corpus), "subwords": 100,
+    folder = corpus(tmp_path / "corpus", "".join(f"ein hund {i} rennt .\n" for i in range(60)),
+                    "".join(f"a dog {i} runs .\n" for i in range(60)))
+    return {**TINY, "max_steps": None, "cooldown": 0, "warmup": 1, "corpus_dir": str(folder), "subwords": 100,
             "min_freq": 1, "max_tokens": 400, "val_bleu_sentences": 0, **settings}
 
 
-def test_runs_with_the_same_settings_share_a_folder(tmp_path):
+def test_runs_with_the_same_settings_share_a_folder_and_only_they_do(tmp_path):
     "The folder of a run is named by the settings it changes, so experiments that need one run train it once."
     spec = {"runs": {"the recipe": {}, "again": {"cooldown": None}, "fp32": {"precision": "fp32"}}}
     planned = experiment.planned_runs(spec, write(tmp_path, "x", spec), tmp_path)
     assert [Path(r["config"].out_dir).name for r in planned] == ["recipe", "recipe", "precision-fp32"]
-
-
-def test_a_student_with_the_references_has_a_corpus_of_its_own(tmp_path):
-    "The same teachers with and without the references make two corpora, in two folders: neither reuses the other's."
+    # the same teachers with and without the references make two corpora, in two folders: neither reuses the other's
     spec = {"runs": {"t": {}, "alone": {"distilled_from": ["t"]},
                      "with refs": {"distilled_from": ["t"], "with_references": True, "epochs": 19}}}
     planned = {r["name"]: r for r in experiment.planned_runs(spec, write(tmp_path, "x", spec), tmp_path)}
@@ -146,7 +140,13 @@ def test_every_experiment_file_is_the_recipe_plus_what_it_changes(path):
         assert isinstance(run["config"], TrainConfig)
 
 
-BAD = [  # (a file's settings, the key word of its one line: the setting at fault)
+def runner(capsys, *args) -> tuple[int, str, str]:
+    "tools/experiment.py ARGS in this process: (status, stdout, stderr), as conftest's `command` gives them."
+    status = experiment.main([str(a) for a in args])
+    return status, *capsys.readouterr()
+
+
+BAD = [  # (a file's settings, or its text; the key word of its one line: the setting at fault, as `train` names it)
     ({"runs": {"a": {"smoothin": 0.0}}}, "smoothin"),
     ({"runs": {"a": {"model": {"width": 3}}}}, "ModelConfig"),
     ({"runs": {}}, '"runs"'),
@@ -163,18 +163,53 @@ BAD = [  # (a file's settings, the key word of its one line: the setting at faul
     ({"runs": {"a": {}}, "measure": {"average_last": "5"}}, "average_last"),
     ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a", "c"]}}}, "members"),
     ({"runs": {"a": {}}, "ensembles": {"x": {"members": ["a"], "dtype": "int4"}}}, "dtype"),
+    ({"runs": {"a": {}}, "measure": {"limit": -1}}, "limit"),
+    ({"runs": {"a": {}}, "measure": {"limit": 0}}, "limit"),
+    ({"runs": {"a": {}}, "measure": {"curve": "no"}}, "curve"),
+    ({"runs": {"a": {}}, "measure": {"beams": [0]}}, "beams"),
+    ({"runs": {"a": {}}, "measure": {"beams": [1.5]}}, "beams"),
+    ({"runs": {"a": {}, "b": {"distilled_from": ["a"], "with_references": "no"}}}, "with_references"),
+    ({"runs": {"a": {}, "b": {"distilled_from": ["a"], "teacher_beam": 0}}}, "teacher_beam"),
+    ({"runs": {"a": {"factor": -1.0}}}, "factor"),
+    ({"runs": {"a": {"epochs": "3"}}}, "epochs"),
+    ({"runs": {"a": {"epochs": True}}}, "epochs"),
+    ({"runs": {"a": {"precision": "fp64"}}}, "precision"),
+    ({"runs": {"a": {"keep_epochs": "no"}}}, "keep_epochs"),
+    ({"recipe": {"smoothing": 1.5}, "runs": {"a": {}}}, "smoothing"),
+    ({"runs": {"a": {"corpus_dir": "/no/such/corpus"}}}, "corpus_dir"),
+    ({"runs": {"a": {"corpus_dir": "EMPTY"}}}, "train.de"),
+    ({"runs": {"a": {"rdrop": 1.0, "model": {"dropout": 0.0}}}}, "rdrop"),
+    ('{"runs": {"a": {}, "a": {"smoothing": 0.0}}}', "'a'"),  # two runs of one name
+    ("{runs: ", "JSON"),
 ]
 
 
 @pytest.mark.parametrize("spec, says", BAD, ids=[s for _, s in BAD])
 def test_a_bad_experiment_file_is_one_line_and_exit_2(tmp_path, capsys, spec, says):
-    assert experiment.main([str(write(tmp_path, "bad", spec)), "--runs-dir", str(tmp_path), "--dry-run"]) == 2
-    err = capsys.readouterr().err
-    assert says in err and err.count("\n") == 1, err
-    assert not (tmp_path / "recipe").exists()
+    "Refused before anything is trained: the runner checks its files as the command checks its options and folders."
+    (tmp_path / "empty").mkdir()
+    path = tmp_path / "bad.json"
+    path.write_text(spec if isinstance(spec, str) else json.dumps(spec).replace("EMPTY", str(tmp_path / "empty")))
+    one_line(runner(capsys, path, "--runs-dir", tmp_path / "runs", "--dry-run"), 2, says)
+    assert not (tmp_path / "runs").exists()
 
 
-def test_a_file_that_is_not_json_is_one_line(tmp_path, capsys):
-    (tmp_path / "broken.json").write_text("{runs: ")
-    assert experiment.main([str(tmp_path / "broken.json"), "--dry-run"]) == 2
-    assert "JSON" in capsys.readouterr().err
+def test_the_record_destination_and_the_runs_are_checked_first(tmp_path, capsys, monkeypatch):
+    path = write(tmp_path, "e", {"recipe": TINY, "runs": {"a": {}}})
+    monkeypatch.setattr(experiment, "train_runs", lambda *a: pytest.fail("trained before checking the record"))
+    (tmp_path / "a_file").write_text("x")
+    one_line(runner(capsys, path, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "a_file" / "record.json"), 2,
+             "a_file")
+    one_line(runner(capsys, path, "--runs-dir", tmp_path / "runs", "--out", tmp_path), 2, "--out")  # a folder
+
+
+@pytest.mark.parametrize("error, status", [(KeyboardInterrupt(), 130), ("locked", 1)])
+def test_ctrl_c_and_a_second_runner_are_one_line(tmp_path, capsys, monkeypatch, error, status):
+    from annotated_transformer.files import RunLockedError
+    error = RunLockedError("runs/recipe is in use") if error == "locked" else error
+
+    def stopped(*args):
+        raise error
+    monkeypatch.setattr(experiment, "train_runs", stopped)
+    one_line(runner(capsys, write(tmp_path, "e", {"recipe": TINY, "runs": {"a": {}}}), "--runs-dir", tmp_path / "runs",
+                    "--out", tmp_path / "r.json"), status)

@@ -8,7 +8,7 @@ import pytest
 
 from annotated_transformer.files import check_manifest
 from annotated_transformer.decoding import Translator, shipped_model_dir
-from conftest import command, command_exit, one_line
+from conftest import command, one_line
 
 
 def left_in(folder) -> list[str]:
@@ -24,11 +24,6 @@ def ct2_folder(tmp_path_factory):
     return out
 
 
-def test_the_folder_holds_what_translating_needs(ct2_folder):
-    assert {"model.bin", "config.json", "tokenizer.json", "manifest.json"} <= set(left_in(ct2_folder))
-    assert set(check_manifest(ct2_folder)["files"]) == set(left_in(ct2_folder)) - {"manifest.json"}
-
-
 def test_ct2_greedy_outputs_equal_the_packages_on_held_out_sentences(ct2_folder):
     from annotated_transformer.evaluation import test_set
     sources = [s for s, _ in test_set("de", "en", "test")[0][:100]]  # test2016: never seen in training
@@ -38,24 +33,24 @@ def test_ct2_greedy_outputs_equal_the_packages_on_held_out_sentences(ct2_folder)
 
 
 def test_translate_and_evaluate_take_the_exported_folder(ct2_folder, capsys):
+    "It holds what translating needs, sealed by its manifest; --quantization needs such a folder."
+    assert {"model.bin", "config.json", "tokenizer.json", "manifest.json"} <= set(left_in(ct2_folder))
+    assert set(check_manifest(ct2_folder)["files"]) == set(left_in(ct2_folder)) - {"manifest.json"}
     status, out, _ = command(capsys, "translate", "--checkpoint", str(ct2_folder), "--quantization", "int8",
                              "Ein Hund rennt.", "", "Zwei Männer spielen Fußball.")
     lines = out.split("\n")[:-1]
     assert status == 0 and len(lines) == 3 and lines[0] and lines[1] == "" and lines[2], out
     status, out, _ = command(capsys, "evaluate", "--checkpoint", str(ct2_folder), "--limit", "8", "--beam-size", "1")
     assert status == 0 and "BLEU" in out
-
-
-def test_quantization_needs_an_exported_model(capsys):
-    one_line(command(capsys, "translate", "--quantization", "int8", "Ein Hund."), 2, "quantization")
+    one_line(command(capsys, "translate", "--quantization", "int8", "Ein Hund."), 2, "quantization")  # the shipped model
 
 
 @pytest.mark.parametrize("given", ["empty", "exported"])
 def test_export_refuses_a_folder_that_is_not_a_checkpoint(given, ct2_folder, tmp_path, capsys):
     checkpoint = ct2_folder if given == "exported" else tmp_path / "empty"
     checkpoint.mkdir(exist_ok=True)
-    one_line(command_exit(capsys, "export", "--to", "onnx", "--out", str(tmp_path / "out"), "--checkpoint",
-                          str(checkpoint)), 2, "--checkpoint")
+    one_line(command(capsys, "export", "--to", "onnx", "--out", str(tmp_path / "out"), "--checkpoint", str(checkpoint)),
+             2, "--checkpoint")
     assert left_in(tmp_path) == ([] if given == "exported" else ["empty"])
 
 

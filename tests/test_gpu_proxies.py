@@ -83,12 +83,9 @@ def test_a_read_in_the_step_is_caught():
         return loss, node
     _, device = reads_of_epoch(batches, loss_with_a_read)
     assert ("__bool__", "loss_with_a_read") in device
-
-
-def test_masked_selection_counts_as_a_read():
     x = torch.arange(6.0)
     with gpu_step.HostReads() as reads:
-        x[x > 2]
+        x[x > 2]  # a masked selection: its size is read from the device
     assert [name for name, _, _ in reads.reads] == ["__getitem__"]
 
 
@@ -129,10 +126,11 @@ def test_the_gpu_probe_runs_on_a_cpu(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "device_reads {}" in out  # the profiled step read nothing from the device
     assert out.count("same_mask_backward': True") == 8  # 4 sites, compiled and eager
-    assert "dropout 0: largest loss difference 0.00e+00" in out  # the "compiled" run here is the eager one
+    no_dropout = next(line for line in out.splitlines() if line.strip().startswith("dropout 0"))
+    assert "0.00e+00" in no_dropout, no_dropout  # the loss difference: the "compiled" run here is the eager one
 
 
-def test_mfu_counts_the_matrix_products():
+def test_mfu_counts_the_matrix_products_and_the_gpu_page_gives_the_h100_logs():
     "6 x weights x tokens + attention: for one pair of one token each way, the formula by hand."
     from annotated_transformer.batches import Batch
     b = Batch(torch.tensor([[5]]), torch.tensor([[0, 7]]), pad=train_step.PAD)  # 1 source token, 1 target token
@@ -140,10 +138,7 @@ def test_mfu_counts_the_matrix_products():
     by_hand = 6 * N * (4 * d * d + 2 * d * d_ff) + 6 * N * (8 * d * d + 2 * d * d_ff) + 6 * d * train_step.TGT_VOCAB \
         + 12 * d * N * (1 * 1 + 1 * (1 + 1))
     assert train_step.step_flops("small", b) == by_hand
-
-
-def test_the_mfu_on_the_gpu_page_is_that_of_the_h100_log():
-    "The page's MFU figures: the H100 log's tokens/s of the default path, at 128 and 1,024 pairs, by `step_flops`."
+    # the GPU page's MFU figures: the H100 log's tokens/s of the default path, at 128 and 1,024 pairs, by `step_flops`
     text = (ROOT / "benchmarks" / "results_gpu_train_step.txt").read_text()
     pairs = [int(n) for n in re.findall(r"^base model .*?, (\d+) sentence pairs per batch$", text, re.M)]
     tok_s = [float(v) for v in re.findall(r"^\| fast \| ([\d.]+) \|", text, re.M)]

@@ -2,14 +2,13 @@
 it stands alone (torch, fastcore and the standard library; never this package), and it runs top to bottom on a CPU."""
 import ast
 import importlib
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, done, notebook, script
+from conftest import ROOT, cells, done, imports_of, notebook, script
 
 SCRIPT = ROOT / "the_annotated_transformer.py"
 # runs a script with every import of the package refused, so a script that leans on the package fails
@@ -31,33 +30,24 @@ def run_alone(script: Path, cwd: Path, timeout: int, *args: str) -> subprocess.C
                           timeout=timeout)
 
 
-def test_the_script_is_what_the_notebooks_give():
+def test_the_script_is_what_the_notebooks_give_and_holds_every_name_they_export():
+    "Each name that the package's part-1 modules export (their __all__) is defined in the script itself."
     assert SCRIPT.read_text() == tool.render(), \
         "the_annotated_transformer.py is not what the notebooks give: run python tools/paper_script.py"
-
-
-def test_the_script_holds_every_exported_name_of_the_notebooks_it_is_made_of():
-    "Each name that the package's part-1 modules export (their __all__) is defined in the script itself."
     tree = ast.parse(SCRIPT.read_text())
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     defined |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     for nb in tool.part_one():
-        module = next(m for c in json.loads(nb.read_text())["cells"]
-                      if (m := tool.directives("".join(c["source"])).get("default_exp")))
+        module = next(m for c in cells(nb) if (m := tool.directives(c["source"]).get("default_exp")))
         exported = importlib.import_module(f"annotated_transformer.{module}").__all__
         assert set(exported) <= defined, (nb.name, sorted(set(exported) - defined))
 
 
 def test_the_script_imports_only_torch_fastcore_and_the_standard_library():
-    tops = set()
-    for node in ast.walk(ast.parse(SCRIPT.read_text())):
-        if isinstance(node, ast.Import):
-            tops |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            tops.add(node.module.split(".")[0])
-    assert "torch" in tops
-    assert tops - {"torch", "fastcore"} - set(sys.stdlib_module_names) == set()
+    ours, outside = imports_of(ast.parse(SCRIPT.read_text()))
+    assert "torch" in outside and not ours
+    assert outside - {"torch", "fastcore"} - set(sys.stdlib_module_names) == set()
 
 
 def test_the_script_runs_top_to_bottom_on_a_cpu(tmp_path):

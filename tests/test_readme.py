@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, done, notebook, script
+from conftest import ROOT, cells, cli, done, notebook, run_as_user, script
 
 read_tables = script("benchmarks/train_step.py").read_tables  # the benchmark's reader of the tables it writes
 make_readme = script("tools/make_readme.py")
@@ -26,9 +26,7 @@ PAGE_FILES = [ROOT / "docs" / f"{page}.md" if (ROOT / "docs" / f"{page}.md").exi
 
 def page_text(path: Path) -> str:
     "A Markdown page, or the Markdown cells of a notebook."
-    if path.suffix == ".ipynb":
-        return "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
-    return path.read_text()
+    return "\n".join(c["source"] for c in cells(path, "markdown")) if path.suffix == ".ipynb" else path.read_text()
 
 
 EXAMPLES = README + "\n".join(page_text(path) for path in PAGE_FILES)
@@ -74,10 +72,7 @@ def test_readme_has_examples_and_skips_are_real():
 
 @pytest.mark.parametrize("command", runnable())
 def test_readme_example_runs_from_another_folder(command, tmp_path, multi30k):
-    res = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "TQDM_DISABLE": "1"})
-    assert res.returncode == 0, f"{command}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
-    assert res.stdout.strip(), f"{command} printed nothing"
+    assert done(run_as_user(["bash", "-c", command], cwd=tmp_path, text=True)).strip(), f"{command} printed nothing"
 
 
 def test_one_copy_task_time_everywhere():
@@ -92,8 +87,7 @@ def test_one_copy_task_time_everywhere():
 
 def test_version():
     from annotated_transformer import __version__
-    assert __version__ in done(subprocess.run([sys.executable, "-m", "annotated_transformer.cli", "--version"],
-                                              capture_output=True, text=True))
+    assert __version__ in done(cli("--version", text=True))
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +116,7 @@ def test_translate_after_a_plain_install_from_any_folder(tmp_path, wheel):
     done(subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site_packages),
                          str(wheel)], capture_output=True, text=True, timeout=600))
     installed = lambda *args: done(subprocess.run([python, *args], cwd=tmp_path, capture_output=True, text=True,
-                                                  timeout=300, env={**env, "TQDM_DISABLE": "1"}))
+                                                  timeout=300, env=env))
     assert str(env_dir) in installed("-c", "import annotated_transformer as a, torch; print(a.__file__)")  # that copy
     assert "dog" in installed("-m", "annotated_transformer.cli", "translate", "--beam-size", "1",
                               "Ein Hund rennt durch den Schnee.").lower()
@@ -133,6 +127,7 @@ def test_translate_after_a_plain_install_from_any_folder(tmp_path, wheel):
 
 def test_readme_is_generated_from_index():
     assert README == make_readme.render(), "README.md is not what nbs/index.ipynb gives: run python tools/make_readme.py"
+    assert "index" in {p.values[0].stem for p in rendering_cells()}  # its numbers: renderings of files (below)
 
 
 def test_make_readme_rules(tmp_path):
@@ -155,14 +150,12 @@ def test_make_readme_rules(tmp_path):
 
 
 def test_readme_is_a_front_page():
-    # a front page, not a manual: set-up, results and the four parts of the site with their pages, in at most 1,500
-    # words, code and addresses included
+    # a front page, not a manual: set-up, results and the chapters (the next test), in at most 1,500 words, code and
+    # addresses included
     assert len(README.split()) <= 1500, len(README.split())
     for heading in ("## Set up", "## Three ways to use it", "## Results", "## Chapters"):
         assert f"\n{heading}\n" in README, heading
     assert len(re.findall(r"^\| sacreBLEU \|", README, re.M)) == 1, "one results table"
-    chapters = sorted(p.stem for p in (ROOT / "nbs").glob("[0-9]*.ipynb"))
-    assert all(f"{c}.html" in README for c in chapters), "every chapter is in the chapter table"
 
 
 def test_readme_follows_the_sites_navigation():
@@ -181,8 +174,8 @@ def test_readme_follows_the_sites_navigation():
 def rendering_cells():
     "(notebook, cell index) of every `#| echo: false` cell whose saved output is Markdown: a rendering of a file."
     for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
-            if (cell["cell_type"] == "code" and re.search(r"^#\|\s*echo:\s*false", "".join(cell["source"]), re.M)
+        for i, cell in enumerate(cells(nb)):
+            if (cell["cell_type"] == "code" and re.search(r"^#\|\s*echo:\s*false", cell["source"], re.M)
                     and any("text/markdown" in o.get("data", {}) for o in cell["outputs"])):
                 yield pytest.param(nb, i, id=f"{nb.stem}-cell{i}")
 
@@ -192,18 +185,13 @@ def markdown_outputs(outputs) -> list[str]:
     return [text(o["data"]["text/markdown"]).strip() for o in outputs if "text/markdown" in o.get("data", {})]
 
 
-def test_there_are_rendered_numbers():
-    names = {p.values[0].stem for p in rendering_cells()}
-    assert "index" in names, names
-
-
 @pytest.mark.parametrize("notebook, index", list(rendering_cells()))
 def test_saved_renderings_match_their_files(notebook, index, monkeypatch):
     "Each rendering cell, run again now, gives its saved output: no number in a notebook or the README is stale."
     from execnb.shell import CaptureShell
-    cell = json.loads(notebook.read_text())["cells"][index]
+    cell = cells(notebook)[index]
     monkeypatch.chdir(notebook.parent)  # where nbdev-test runs it
-    fresh = markdown_outputs(CaptureShell().run("".join(cell["source"])))
+    fresh = markdown_outputs(CaptureShell().run(cell["source"]))
     assert fresh == markdown_outputs(cell["outputs"]), (
         f"{notebook.name}, cell {index}: the saved output differs from what its files give now; re-run the notebook "
         f"(nbdev-test --save {notebook.relative_to(ROOT)}) and then python tools/make_readme.py")
@@ -211,12 +199,9 @@ def test_saved_renderings_match_their_files(notebook, index, monkeypatch):
 
 @pytest.mark.parametrize("path", USER_TEXT, ids=lambda p: p.name)
 def test_text_speaks_about_the_project_only(path):
-    if path.suffix == ".ipynb":
-        cells = json.loads(path.read_text())["cells"]
-        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-        text += "\n".join(o for c in cells if c["cell_type"] == "code" for o in markdown_outputs(c["outputs"]))
-    else:
-        text = path.read_text()
+    text = page_text(path)
+    if path.suffix == ".ipynb":  # and the Markdown its code cells show
+        text += "\n".join(o for c in cells(path, "code") for o in markdown_outputs(c["outputs"]))
     found = [text[max(0, m.start() - 40):m.end() + 40] for m in HISTORY.finditer(text)]
     assert not found, f"{path.name}: text about how the project was made, not about the project: {found}"
 
@@ -232,10 +217,10 @@ def test_benchmark_page_includes_result_files():
         "a measured figure typed into the page: it belongs in the included result files"
 
 
-def test_the_benchmark_page_says_what_the_recheck_measured():
-    "docs/19_benchmarks.md's words on results_train_step_recheck.txt, against that file and the first one."
-    first, recheck = (read_tables((ROOT / "benchmarks" / name).read_text())
-                      for name in ("results_train_step.txt", "results_train_step_recheck.txt"))
+def test_the_benchmark_page_says_what_the_recheck_and_the_rdrop_run_measured():
+    "docs/19_benchmarks.md's words on results_train_step_recheck.txt and _rdrop.txt, against them and the first one."
+    first, recheck, rdrop = (read_tables((ROOT / "benchmarks" / f"results_train_step{name}.txt").read_text())
+                             for name in ("", "_recheck", "_rdrop"))
     assert set(first) == set(recheck) == {"small", "base"}
     for model, rows in recheck.items():
         assert rows["fast+compile"][0] < rows["fast"][0]  # "compiling is still slower than the eager step there"
@@ -244,12 +229,7 @@ def test_the_benchmark_page_says_what_the_recheck_measured():
         assert 0.8 <= slower["explicit"] < 1, slower  # "the fp32 teaching path only a little slower"
     assert recheck["small"]["fast+compile"][1] > recheck["small"]["fast"][1]  # "more memory at its peak for the small model"
     assert recheck["base"]["fast"][0] < 2.5 * recheck["base"]["explicit"][0] <= first["base"]["fast"][0]  # "less than 2.5 times"
-
-
-def test_the_benchmark_page_says_what_the_rdrop_run_measured():
-    "docs/19_benchmarks.md's words on results_train_step_rdrop.txt, against that file and the first one."
-    first, rdrop = (read_tables((ROOT / "benchmarks" / name).read_text())
-                    for name in ("results_train_step.txt", "results_train_step_rdrop.txt"))
+    # the R-Drop run
     assert set(rdrop) == {"small"} and set(rdrop["small"]) == {"fast", "explicit", "torch", "fast+rdrop"}
     rows, before = rdrop["small"], first["small"]
     slower = {k: rows[k][0] / before[k][0] for k in ("fast", "explicit", "torch")}
@@ -270,10 +250,9 @@ def test_decode_results_agree():
 
 def test_decode_benchmark_writes_json(tmp_path, multi30k):
     out = tmp_path / "decode.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--checkpoint",
-                          str(ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"), "--limit", "4",
-                          "--batch-sizes", "4", "--json", str(out)], capture_output=True, text=True, timeout=600)
-    done(res)
+    done(subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--checkpoint",
+                         str(ROOT / "annotated_transformer" / "pretrained" / "multi30k-de-en"), "--limit", "4",
+                         "--batch-sizes", "4", "--json", str(out)], capture_output=True, text=True, timeout=600))
     data = json.loads(out.read_text())
     assert data["sentences"] == 4 and len(data["rows"]) == 3 and data["identical_greedy"] is not None
     assert data["parameters"] > 0 and "threads" in data["device"]
@@ -284,8 +263,7 @@ def test_the_recipe_commands_are_the_recipe():
     from annotated_transformer.recipe import RECIPE
     from annotated_transformer.train import TrainConfig
     texts = {"docs/28_usage.md": (ROOT / "docs" / "28_usage.md").read_text(),
-             "nbs/25_recipe.ipynb": "".join("".join(c["source"]) for c in json.loads(
-                 (ROOT / "nbs" / "25_recipe.ipynb").read_text())["cells"])}
+             "nbs/25_recipe.ipynb": "".join(c["source"] for c in cells(ROOT / "nbs" / "25_recipe.ipynb"))}
     for name, text in texts.items():
         assert re.search(r"annotated-transformer train --out-dir runs/multi30k(`|\s+#)", text), f"{name}: no recipe command"
     assert replace(RECIPE, cooldown=None) == TrainConfig()  # the cooldown of None is 8 in 38 epochs (chapter 13)

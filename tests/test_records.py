@@ -7,29 +7,24 @@ import re
 import pytest
 
 from annotated_transformer.experiments import read_record, runs_table, single_epoch_spread, spread_between_runs
-from conftest import ROOT
+from conftest import ROOT, cells
 
 RESULTS = ROOT / "results" / "experiments"
 PAGE = ROOT / "nbs" / "31_experiments.ipynb"
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "experiments").glob("*.json"))
 
 
-def test_every_experiment_file_has_its_record_and_every_record_its_file():
+def test_every_experiment_file_has_its_record_and_its_section_and_every_record_its_file():
     assert EXPERIMENTS == sorted(p.stem for p in RESULTS.glob("*.json"))
     for name in EXPERIMENTS:
         record = read_record(name, RESULTS)
         spec = json.loads((ROOT / "experiments" / f"{name}.json").read_text())
         assert record["question"] == spec["question"], name
         assert {run["name"] for run in record["runs"]} == set(spec["runs"]), name
-
-
-def test_every_experiment_file_has_a_section_that_reads_its_record():
-    "A section of the page renders a record: one of its code cells reads it with read_record."
-    code = "\n".join("".join(cell["source"]) for cell in json.loads(PAGE.read_text())["cells"]
-                     if cell["cell_type"] == "code")
+    # and a section of the page renders each record: one of its code cells reads it with read_record
+    code = "\n".join(cell["source"] for cell in cells(PAGE, "code"))
     read = set(re.findall(r"""read_record\(\s*["']([\w-]+)["']""", code))
-    assert set(EXPERIMENTS) <= read, sorted(set(EXPERIMENTS) - read)
-    assert read <= set(EXPERIMENTS), sorted(read - set(EXPERIMENTS))
+    assert read == set(EXPERIMENTS), sorted(read ^ set(EXPERIMENTS))
 
 
 def rows(name: str, **options) -> tuple[dict, object, list]:
@@ -88,10 +83,6 @@ def test_the_single_epoch_spread_is_the_largest_gap_of_one_epoch():
     assert spreads["same seed, two CPUs"] == round(max(abs(v - other[e]) for e, v in one.items()), 2)
 
 
-def all_runs():
-    return [(name, run) for name in EXPERIMENTS for run in read_record(name, RESULTS)["runs"]]
-
-
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_a_runs_table_says_where_each_run_stopped_and_why(name):
     record, table, runs = rows(name)
@@ -107,10 +98,17 @@ def test_a_runs_table_says_where_each_run_stopped_and_why(name):
             assert "ended" not in table.columns or row["ended"] == "as planned"
 
 
-def test_the_budget_stopped_runs_are_the_ones_the_old_records_stopped():
-    stopped = {(name, run["name"]) for name, run in all_runs() if run.get("stopped_after_budget")}
+def test_the_records_name_the_runs_a_budget_stopped_and_the_machines_the_page_compares():
+    stopped = {(name, run["name"]) for name in EXPERIMENTS for run in read_record(name, RESULTS)["runs"]
+               if run.get("stopped_after_budget")}
     assert stopped == {("ablation", "words, untied"), ("ablation", "subwords, untied"),
                        ("norm_placement", "post-norm, warmup 800"), ("norm_placement", "pre-norm, warmup 1600")}
+    # the two 14-epoch runs of different precision ran on different CPUs; the wider runs are bf16 beside an fp32 run
+    precision = {run["name"]: run for run in read_record("precision", RESULTS)["runs"]}
+    assert "Intel" in precision["fp32, 14 epochs, dropout 0.1"]["hardware"]
+    assert "AMD" in precision["bf16, 14 epochs, dropout 0.1"]["hardware"]
+    wider = read_record("wider", RESULTS)
+    assert [run["settings"]["precision"] for run in wider["runs"]] == ["fp32", "bf16", "bf16"]
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -141,12 +139,3 @@ def test_a_runs_table_shows_precision_and_machine_where_runs_differ(name):
             assert row["precision"] == run["settings"]["precision"]
         if "machine" in table.columns:
             assert row["machine"] == run.get("hardware", record["hardware"])
-
-
-def test_the_records_name_the_machines_the_page_compares():
-    # the two 14-epoch runs of different precision ran on different CPUs; the wider runs are bf16 beside an fp32 run
-    precision = {run["name"]: run for run in read_record("precision", RESULTS)["runs"]}
-    assert "Intel" in precision["fp32, 14 epochs, dropout 0.1"]["hardware"]
-    assert "AMD" in precision["bf16, 14 epochs, dropout 0.1"]["hardware"]
-    wider = read_record("wider", RESULTS)
-    assert [run["settings"]["precision"] for run in wider["runs"]] == ["fp32", "bf16", "bf16"]

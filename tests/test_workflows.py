@@ -7,15 +7,6 @@ import yaml
 from conftest import ROOT
 
 
-
-def workflow():
-    return yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
-
-
-def run_lines(job):
-    return [line.strip() for step in job["steps"] if "run" in step for line in step["run"].splitlines() if line.strip()]
-
-
 def ci_run_commands():
     "The commands of .ci/run that install and test (comments, `set` and `cd` left out)."
     lines = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines()]
@@ -27,18 +18,16 @@ def normalise(command):
     return re.sub(r"\s+--index-url \S+", "", command)
 
 
-def test_workflow_parses_and_runs_what_ci_runs():
-    wf = workflow()
+def test_workflow_parses_runs_what_ci_runs_and_deploys_the_site_from_main():
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
     assert {"test", "deploy"} <= set(wf["jobs"])
-    steps = [normalise(l) for l in run_lines(wf["jobs"]["test"])]
+    steps = [normalise(line.strip()) for step in wf["jobs"]["test"]["steps"] if "run" in step
+             for line in step["run"].splitlines() if line.strip()]
     for command in ci_run_commands():
         assert normalise(command) in steps, f".ci/run does `{command}`, the workflow does not"
     assert steps[-1] == "bash tools/check.sh"
     assert wf["jobs"]["test"]["container"].endswith("bookworm")  # Debian: the chromium package the site test drives
-
-
-def test_site_is_deployed_from_main_only():
-    wf = workflow()
+    # the site is deployed from main only
     upload = [s for s in wf["jobs"]["test"]["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact")]
     assert upload and upload[0]["with"]["path"] == "site" and "refs/heads/main" in upload[0]["if"]
     deploy = wf["jobs"]["deploy"]

@@ -1,10 +1,11 @@
-"""Hostile input, round three: weights that are not finite numbers, empty paths, folders that belong to something,
-manifests that point out of their folder, the distributed environment, moved runs and changed data, destinations
-checked before the work, mixed dtypes, writers killed with SIGKILL, and messages that name the real problem.
-
-Most cases call the command's `main` in this process (the same code a user's command runs, minus the start-up of a new
-Python); the cases that need a process of their own (a closed stdout, bytes that are not UTF-8 in argv, a rendezvous
-that would wait forever, SIGKILL) start one. Models are tiny: a few thousand parameters."""
+"""Hostile input that most tests give to the command's `main` in this process (the same code a user's command runs,
+minus the start-up of a new Python): weights that are not finite numbers, empty paths, folders that belong to
+something, manifests that point out of their folder, the distributed environment, moved runs and changed data, runs
+that must not mix, destinations checked before the work (and before the first step), mixed dtypes, writers killed with
+SIGKILL, one file as two inputs, a full disk, and messages that name the real problem. The cases that need a process of
+their own (a closed stdin or stdout, bytes that are not UTF-8 in argv, a rendezvous that would wait forever, SIGKILL)
+start one. Models are tiny: a few thousand parameters."""
+import gzip
 import hashlib
 import json
 import os
@@ -20,13 +21,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from annotated_transformer.checkpoint import WEIGHTS_FILE, save_model, writing_folder
-from annotated_transformer.files import MANIFEST_FILE, check_manifest
+from annotated_transformer.files import MANIFEST_FILE
 from annotated_transformer.decoding import Translator, load_ensemble, shipped_model_dir
 from annotated_transformer.evaluation import average_checkpoints
 from annotated_transformer.model import make_model
 from annotated_transformer.train import TrainConfig
 
-from conftest import cli as process, command, command_exit, corpus, one_line, snapshot, train
+from conftest import TINY_TRAIN, cli, command, corpus, one_line, snapshot, train
 TOKENIZER = (shipped_model_dir() / "tokenizer.json").read_text()
 
 
@@ -37,6 +38,12 @@ def tiny_translator(folder: Path, dtype=None, seed: int = 0) -> Path:
     model = make_model(vocab, vocab, N=1, d_model=8, d_ff=16, h=2, tie_embeddings=True)
     return save_model(model, folder, dtype=dtype, files={"tokenizer.json": TOKENIZER},
                       extra_config={"src_lang": "de", "tgt_lang": "en"})
+
+
+@pytest.fixture
+def ckpt(tmp_path) -> Path:
+    "A tiny translation checkpoint (`tiny_translator`) in tmp_path / ckpt."
+    return tiny_translator(tmp_path / "ckpt")
 
 
 def reseal(folder: Path, also=()) -> None:
@@ -75,19 +82,6 @@ def test_a_nan_or_an_infinity_in_the_weights_is_refused_by_every_command(tmp_pat
         Translator.from_checkpoint(bad, "cpu")
 
 
-def test_a_model_that_is_not_finite_is_not_saved(tmp_path):
-    model = make_model(11, 11, N=1, d_model=8, d_ff=16, h=2)
-    with torch.no_grad():
-        model.encoder.layers[0].feed_forward.w_2.bias[0] = float("nan")  # as after a diverged update
-    with pytest.raises(ValueError, match=r"encoder\.layers\.0\.feed_forward\.w_2\.bias.*NaN"):
-        save_model(model, tmp_path / "m")
-    with torch.no_grad():
-        model.encoder.layers[0].feed_forward.w_2.bias[0] = 70000.0  # finite, but float16 ends at 65504
-    with pytest.raises(ValueError, match="float16"):
-        save_model(model, tmp_path / "m", dtype=torch.float16)
-    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary folder
-
-
 def test_a_model_that_computes_nan_never_gives_a_translation(tmp_path):
     translator = Translator.from_checkpoint(tiny_translator(tmp_path / "m"), "cpu")
     with torch.no_grad():
@@ -99,30 +93,26 @@ def test_a_model_that_computes_nan_never_gives_a_translation(tmp_path):
 
 # ---------------------------------------------------------------- empty paths
 
-def test_an_empty_path_is_refused_at_parse_time_and_nothing_is_written(tmp_path, capsys, monkeypatch):
+def test_an_empty_path_is_refused_and_nothing_is_written(tmp_path, capsys, monkeypatch, ckpt):
+    "An empty path is a user's mistake (an unset variable), not 'not given': refused at parse time, or when read."
     monkeypatch.chdir(tmp_path)  # an empty path would have been this folder
-    ckpt = tiny_translator(tmp_path / "ckpt")
     before = snapshot(tmp_path)
     for args in (["copy-task", "--out", ""], ["train", "--out-dir", ""], ["train", "--corpus-dir", ""],
                  ["train", "--data-dir", ""], ["translate", "--checkpoint", "", "x"], ["evaluate", "--checkpoint", ""],
                  ["evaluate", "--data-dir", ""], ["average", "--inputs", str(ckpt), "--out", ""],
-                 ["average", "--run-dir", "", "--out", "avg"], ["average", "--inputs", "", "--out", "avg"]):
-        status, _, err = command_exit(capsys, *args)
-        assert status == 2 and "empty" in err, args
+                 ["average", "--run-dir", "", "--out", "avg"], ["average", "--inputs", "", "--out", "avg"],
+                 ["translate", "--input", "", "Hallo."], ["translate", "--output", "", "Hallo."],
+                 ["evaluate", "--src", "", "--ref", "x"], ["evaluate", "--src", "x", "--ref", ""], ["evaluate", "--json", ""]):
+        one_line(command(capsys, *args), 2, "empty", args[args.index("") - 1])
     # "none" is a folder's name, not "not given": it must exist like any other
-    assert "none" in command_exit(capsys, "train", "--corpus-dir", "none", "--epochs", "1")[2]
-    assert snapshot(tmp_path) == before
-
-
-def test_an_empty_path_is_refused_by_the_python_api(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    ckpt = tiny_translator(tmp_path / "ckpt")
-    model = make_model(11, 11, N=1, d_model=8, d_ff=16, h=2)
+    assert "none" in command(capsys, "train", "--corpus-dir", "none", "--epochs", "1")[2]
+    model = make_model(11, 11, N=1, d_model=8, d_ff=16, h=2)  # the Python API: a ValueError
     for call in (lambda: save_model(model, ""), lambda: Translator.from_checkpoint(""), lambda: load_ensemble([ckpt, ""]),
                  lambda: average_checkpoints([ckpt], ""), lambda: TrainConfig(out_dir=""),
                  lambda: TrainConfig(corpus_dir=""), lambda: TrainConfig(data_dir="")):
         with pytest.raises(ValueError, match="empty"):
             call()
+    assert snapshot(tmp_path) == before
 
 
 # ---------------------------------------------------------------- folders that belong to something
@@ -146,26 +136,17 @@ def test_average_does_not_replace_what_it_did_not_write(tmp_path, capsys):
     assert command(capsys, "average", "--inputs", *map(str, members), "--out", str(tmp_path / "avg"))[0] == 0
 
 
-def test_a_nested_ensemble_is_named_as_such(tmp_path):
-    members = [tiny_translator(tmp_path / "ensemble" / f"member_{i}", seed=i) for i in range(2)]
-    with pytest.raises(ValueError, match="checkpoint folder") as refused:
-        load_ensemble([members[0], tmp_path / "ensemble"], "cpu")
-    assert "vocabulary" not in str(refused.value)
-
-
 # ---------------------------------------------------------------- manifests
 
 @pytest.mark.parametrize("outside", ["../../x", "ABSOLUTE", ".."])
-def test_a_manifest_names_files_of_its_folder_only(tmp_path, capsys, outside):
-    ckpt = tiny_translator(tmp_path / "ckpt")
+def test_a_manifest_names_files_of_its_folder_only(tmp_path, capsys, outside, ckpt):
     target = tmp_path / "x"
     target.write_text("not part of the checkpoint")
     reseal(ckpt, {str(target) if outside == "ABSOLUTE" else outside: target})
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
 
 
-def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys):
-    ckpt = tiny_translator(tmp_path / "ckpt")
+def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys, ckpt):
     outside = tmp_path / "tokenizer.json"
     outside.write_text(TOKENIZER)
     (ckpt / "tokenizer.json").unlink()
@@ -173,28 +154,15 @@ def test_a_manifest_may_not_follow_a_link_out_of_its_folder(tmp_path, capsys):
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, "tokenizer.json", "link")
 
 
-def test_sizes_are_checked_before_any_hashing(tmp_path, monkeypatch):
-    ckpt = tiny_translator(tmp_path / "ckpt")
-    with open(ckpt / WEIGHTS_FILE, "r+b") as f:
-        f.truncate(20 * 2**30)  # 20 GB (a sparse file: no disk used); hashing it would take minutes
-    import annotated_transformer.checkpoint as checkpoint
-    monkeypatch.setattr(checkpoint, "sha256_of", lambda path: pytest.fail(f"{path} was hashed"))
-    with pytest.raises(ValueError, match=WEIGHTS_FILE):
-        check_manifest(ckpt)
-
-
 # ---------------------------------------------------------------- the distributed environment
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_rank_outside_the_world_is_refused_before_any_rendezvous(tmp_path):
-    env = {"RANK": "5", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "5", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     try:  # before the check, rank 5 waited for ranks 0 and 1 forever
-        res = process("train", "--epochs", "1", "--out-dir", str(tmp_path / "run"), env=env, timeout=120)
+        res = cli("train", "--epochs", "1", "--out-dir", str(tmp_path / "run"), env=env, timeout=120)
     except subprocess.TimeoutExpired:
         pytest.fail("RANK=5 WORLD_SIZE=2 waited for a rendezvous instead of being refused")
     one_line(res, 2, "RANK", "WORLD_SIZE")
@@ -217,7 +185,7 @@ def test_a_missing_or_wrong_distributed_variable_is_one_line(tmp_path, capsys, m
 
 # ---------------------------------------------------------------- moved runs and changed data
 
-def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, capsys, trained_copy, quiet):
+def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, capsys, trained_copy):
     data, _ = trained_copy  # one epoch trained in tmp_path / "run"
     moved = tmp_path / "elsewhere" / "run"
     shutil.move(tmp_path / "run", moved)  # copied or moved: the folder is the run, wherever it is
@@ -232,37 +200,20 @@ def test_a_moved_run_resumes_and_changed_data_is_refused_unless_asked(tmp_path, 
     assert status == 0 and "resuming" in out and "changed" in out, err[-2000:]
 
 
-def test_rdrop_without_dropout_is_refused(tmp_path, capsys):
-    one_line(train(capsys, tmp_path / "run", corpus(tmp_path / "corpus"), "--rdrop", "1", "--dropout", "0"), 2,
-             "--rdrop", "dropout")
-    assert not (tmp_path / "run").exists()
-
-
-def test_a_nan_from_rdrop_names_rdrop(tmp_path, capsys, quiet):
-    status, _, err = train(capsys, tmp_path / "run", corpus(tmp_path / "corpus"), "--rdrop", "1e300", "--epochs", "1")
-    assert status == 1, err[-2000:]
-    line = err.strip().splitlines()[-1]
-    assert "--rdrop" in line and "Traceback" not in err, line
-
-
 # ---------------------------------------------------------------- destinations, dtypes, killed writers
 
-def test_destinations_are_checked_before_the_work(tmp_path, capsys):
-    (tmp_path / "a_file").write_text("x")  # (copy-task: the next test)
-    ckpt = tiny_translator(tmp_path / "ckpt")
-    one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "a_file" / "avg")), 2, "folder")
-    if os.geteuid() != 0:  # (root may write anywhere)
-        (tmp_path / "read_only").mkdir(mode=0o555)
-        one_line(command(capsys, "copy-task", "--out", str(tmp_path / "read_only" / "ckpt"), "--epochs", "1"), 2, "read_only")
-
-
-def test_copy_task_checks_its_destination_before_training(tmp_path, capsys, monkeypatch):
+def test_destinations_are_checked_before_the_work(tmp_path, capsys, monkeypatch):
+    "(A folder nobody may write: `read_only` below.)"
     import annotated_transformer.cli as commands
     monkeypatch.setattr(commands, "train_copy_task", lambda *a, **k: pytest.fail("trained before checking --out"))
     (tmp_path / "a_file").write_text("x")
-    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "folder")
     translation = tiny_translator(tmp_path / "translation")
-    one_line(command(capsys, "copy-task", "--out", str(translation)), 2, "translation")
+    before = snapshot(tmp_path)
+    one_line(command(capsys, "average", "--inputs", str(translation), "--out", str(tmp_path / "a_file" / "avg")), 2,
+             "folder")
+    one_line(command(capsys, "copy-task", "--out", str(tmp_path / "a_file" / "ckpt")), 2, "folder")
+    one_line(command(capsys, "copy-task", "--out", str(translation)), 2, "translation")  # a translation checkpoint
+    assert snapshot(tmp_path) == before
 
 
 def test_averaging_mixed_dtypes_does_not_depend_on_their_order(tmp_path, capsys):
@@ -296,20 +247,16 @@ def test_the_temporary_folder_of_a_killed_writer_is_removed_by_the_next(tmp_path
 
 # ---------------------------------------------------------------- messages that name the real problem
 
-def test_an_argument_that_is_not_utf8_is_one_line():
-    res = process("translate", b"ein \xff Hund")
+def test_an_argument_that_is_not_utf8_or_a_closed_stdout_is_one_line():
+    res = cli("translate", b"ein \xff Hund")
     one_line(res, 2, "argument 2", "UTF-8")
     assert res.stdout == b""
-
-
-def test_a_closed_stdout_is_one_line():
-    res = process("translate", "Ein Hund.", preexec_fn=lambda: os.close(1))  # as `annotated-transformer ... >&-`
+    res = cli("translate", "Ein Hund.", preexec_fn=lambda: os.close(1))  # as `annotated-transformer ... >&-`
     one_line(res, 2, "standard output")
 
 
-def test_json_nested_too_deeply_is_bad_input(tmp_path, capsys):
+def test_json_nested_too_deeply_is_bad_input(tmp_path, capsys, ckpt):
     deep = "[" * 100_000 + "]" * 100_000
-    ckpt = tiny_translator(tmp_path / "ckpt")
     (ckpt / MANIFEST_FILE).write_text(deep)
     one_line(command(capsys, "translate", "--checkpoint", str(ckpt), "x"), 2, MANIFEST_FILE)
     (ckpt / MANIFEST_FILE).unlink()
@@ -321,17 +268,144 @@ def test_json_nested_too_deeply_is_bad_input(tmp_path, capsys):
     one_line(command(capsys, "train", "--out-dir", str(run), "--epochs", "1"), 2, "nested")
 
 
-def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
+def test_a_symlink_loop_is_named_as_one(tmp_path, capsys, ckpt):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    ckpt = tiny_translator(tmp_path / "ckpt")
     one_line(command(capsys, "average", "--inputs", str(ckpt), "--out", str(tmp_path / "loop" / "avg")), 2, "symbolic links")
     one_line(command(capsys, "train", "--out-dir", str(tmp_path / "loop"), "--epochs", "1"), 2, "symbolic links")
-    assert "symbolic links" in command_exit(capsys, "translate", "--checkpoint", str(tmp_path / "loop"), "x")[2]
+    assert "symbolic links" in command(capsys, "translate", "--checkpoint", str(tmp_path / "loop"), "x")[2]
 
 
-@pytest.mark.parametrize("args", [["translate", "--input", "", "Hallo."], ["translate", "--output", "", "Hallo."],
-                                  ["evaluate", "--src", "", "--ref", "x"], ["evaluate", "--src", "x", "--ref", ""],
-                                  ["evaluate", "--json", ""]], ids=["input", "output", "src", "ref", "json"])
-def test_an_empty_file_option_is_refused_when_read(args, capsys):
-    "An empty --input, --output, --src, --ref or --json is a user's mistake (an unset variable), not 'not given'."
-    one_line(command_exit(capsys, *args), 2, "empty")
+# ---------------------------------------------------------------- a run is one run
+
+def test_a_run_without_last_is_not_trained_on(trained_copy, capsys):
+    data, run = trained_copy
+    shutil.rmtree(run / "last")  # a finished run whose last/ was deleted: its history and best/ are still there
+    (run / ".lock.holder").write_text("pid 1 on \x1b[31mred")  # a dead run's name, with an escape code
+    before = snapshot(run)
+    status, out, err = train(capsys, run, data, "--epochs", "2")
+    one_line((status, out, err), 2, "--out-dir")
+    assert "\x1b" not in out + err
+    assert {k: v for k, v in snapshot(run).items() if k != ".lock.holder"} == \
+        {k: v for k, v in before.items() if k != ".lock.holder"}  # one epoch in its history, its best/ as it was
+
+
+def test_a_run_folder_starts_over_only_when_asked(trained_copy, capsys):
+    data, run = trained_copy
+    for path in run.iterdir():  # as a run killed before its first epoch was saved leaves it
+        if path.name not in ("train_config.json", "data.json") and not path.name.startswith("."):  # (the lock stays)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    before = snapshot(run)
+    assert {"train_config.json", "data.json"} <= set(before)
+    one_line(train(capsys, run, data, "--epochs", "1", "--smoothing", "0.2"), 2, "train_config.json", "--start-over")
+    assert snapshot(run) == before
+    one_line(train(capsys, run, data, "--start-over", "--max-len", "3"), 2, "--max-len")  # refused after the old run moved
+    assert snapshot(run) == before
+    assert train(capsys, run, data, "--epochs", "2", "--smoothing", "0.2", "--start-over")[0] == 0
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in history] == [1, 2]
+    assert json.loads((run / "train_config.json").read_text())["smoothing"] == 0.2
+    status, out, err = train(capsys, run, data, "--epochs", "1", "--start-over")  # a whole run removed too
+    assert status == 0, err[-2000:]
+    assert len((run / "history.jsonl").read_text().splitlines()) == 1 and not (run / "epoch_002").exists()
+
+
+def test_a_resume_keeps_its_start(tmp_path, capsys):
+    data = corpus(tmp_path / "corpus")
+    assert train(capsys, tmp_path / "base", data, "--epochs", "2")[0] == 0
+    start, other = tmp_path / "base" / "epoch_001", tmp_path / "base" / "epoch_002"
+    tune = ["train", "--corpus-dir", str(data), *TINY_TRAIN[4:]]  # without --subwords and --min-freq
+    # the vocabulary is the start's: options that make one cannot apply
+    for option in (["--subwords", "0"], ["--min-freq", "1"], ["--subwords", "8000"], ["--min-freq", "2"]):  # defaults too
+        one_line(command(capsys, *tune, "--out-dir", str(tmp_path / "x"), "--init-from", str(start), *option), 2,
+                 option[0])
+        assert not (tmp_path / "x").exists()
+    run = tmp_path / "tuned"
+    assert command(capsys, *tune, "--out-dir", str(run), "--init-from", str(start), "--epochs", "1")[0] == 0
+    before = snapshot(run)
+    for changed in (["--init-from", str(other)], []):  # another start, or none
+        one_line(command(capsys, *tune, "--out-dir", str(run), "--epochs", "2", *changed), 2, "init_from")
+        assert snapshot(run) == before
+    status, out, err = command(capsys, *tune, "--out-dir", str(run), "--init-from", str(start), "--epochs", "2")
+    assert status == 0 and "resuming" in out, err[-2000:]
+
+
+def test_an_out_dir_in_a_checkpoint_or_a_huge_epochs_is_refused_before_anything(tmp_path, trained_copy, capsys):
+    data, run = trained_copy
+    best = run / "best"
+    before = snapshot(best)
+    for out in (best, best / "inside"):
+        one_line(train(capsys, out, data, "--epochs", "1"), 2, "checkpoint")
+        assert snapshot(best) == before and not (best / ".lock").exists()
+    status, _, err = command(capsys, "train", "--epochs", "10000000", "--out-dir", str(tmp_path / "new"))  # at once
+    assert status == 2 and "--epochs" in err and not (tmp_path / "new").exists()  # refused before any data is read
+
+
+# ---------------------------------------------------------------- smaller cases
+
+def test_one_file_as_source_and_reference_is_refused(tmp_path, capsys):
+    (tmp_path / "s.de").write_text("Ein Hund.\n")
+    (tmp_path / "link.de").symlink_to(tmp_path / "s.de")
+    for ref in ("s.de", "link.de"):
+        one_line(command(capsys, "evaluate", "--src", str(tmp_path / "s.de"), "--ref", str(tmp_path / ref)), 2, "--ref")
+
+
+def test_a_full_device_is_named(tmp_path, stand_in):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    res = subprocess.run([*stand_in, "translate", "--output", "/dev/full", "Hallo"], capture_output=True, text=True)
+    one_line(res, 1, "/dev/full")
+    assert Path("/dev/full").is_char_device()
+
+
+def test_a_closed_stdin_is_one_line(tmp_path, stand_in):
+    for extra in ([], ["--input", "-"], ["--output", str(tmp_path / "out.txt")]):
+        res = subprocess.run([*stand_in, "translate", *extra], capture_output=True, text=True,
+                             preexec_fn=lambda: os.close(0))
+        one_line(res, 2, "input")
+        assert not (tmp_path / "out.txt").exists()
+
+
+# ---------------------------------------------------------------- destinations nobody may write
+
+@pytest.fixture
+def read_only(tmp_path):
+    "A folder with one file, where no file can be made, replaced or removed: root included (for whom os.access says yes)."
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("kept\n")
+    root = os.geteuid() == 0
+    if not root:
+        folder.chmod(0o555)
+    elif subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("the tests run as root on a file system without the immutable attribute: no folder is read-only")
+    yield folder
+    if root:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o755)
+
+
+def test_an_output_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only):
+    src, ref = tmp_path / "in.de", tmp_path / "ref.en"
+    src.write_text("Ein Hund läuft.\n")
+    ref.write_text("A dog runs.\n")
+    for target in (read_only / "new.txt", read_only / "kept.txt"):  # a new file, or one to replace
+        one_line(command(capsys, "translate", "--input", str(src), "--output", str(target)), 2, str(target))
+        one_line(command(capsys, "evaluate", "--src", str(src), "--ref", str(ref), "--json", str(target)), 2, str(target))
+    assert snapshot(read_only) == {"kept.txt": b"kept\n"}
+
+
+def test_a_run_folder_nobody_may_write_is_refused_before_any_work(tmp_path, capsys, read_only):
+    data = corpus(tmp_path / "corpus")
+    one_line(train(capsys, read_only / "run", data, "--epochs", "1"), 2, str(read_only))
+    one_line(command(capsys, "copy-task", "--out", str(read_only / "copy"), "--epochs", "1"), 2, str(read_only))
+    assert snapshot(read_only) == {"kept.txt": b"kept\n"}
+
+
+def test_a_damaged_gz_input_is_one_line(tmp_path, stand_in):
+    data = bytearray(gzip.compress(("Ein Hund läuft durch den Schnee.\n" * 200).encode()))
+    data[len(data) // 2] ^= 0xFF  # a byte in the middle of the compressed data
+    (tmp_path / "in.de.gz").write_bytes(bytes(data))
+    res = subprocess.run([*stand_in, "translate", "--input", str(tmp_path / "in.de.gz"), "--output",
+                          str(tmp_path / "out.txt")], capture_output=True, text=True)
+    one_line(res, 2, "in.de.gz")
+    assert not (tmp_path / "out.txt").exists()
