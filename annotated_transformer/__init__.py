@@ -2,8 +2,8 @@
 
 ```python
 from annotated_transformer.attention import MultiHeadedAttention, attention, clones
-from annotated_transformer.layers import (Embeddings, LayerNorm, PositionalEncoding, PositionwiseFeedForward,
-                                          SublayerConnection)
+from annotated_transformer.layers import LayerNorm, PositionalEncoding, PositionwiseFeedForward
+from annotated_transformer.layers import SublayerConnection, Embeddings
 from annotated_transformer.model import EncoderDecoder, Generator, ModelConfig, make_model, subsequent_mask
 from annotated_transformer.batches import Batch
 from annotated_transformer.training import LabelSmoothing, SimpleLossCompute, TrainState, greedy_decode, rate, run_epoch
