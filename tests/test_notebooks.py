@@ -20,7 +20,7 @@ def code_cells(nb_path):
 
 # What each extra of pyproject.toml brings, and the package modules that cannot be imported without it.
 EXTRA_USES = {"viz": {"packages": ("altair", "pandas", "vl_convert"), "modules": ("viz",)},
-              "mt": {"packages": ("spacy", "sacrebleu", "tokenizers"), "modules": ("data", "subwords", "train", "decoding", "pretrained", "experiments", "cli", "options")},
+              "mt": {"packages": ("spacy", "sacrebleu", "tokenizers"), "modules": ("data", "subwords", "train", "decoding", "pretrained", "cli", "options")},
               "deploy": {"packages": ("ctranslate2", "onnxruntime", "onnx"), "modules": ()}}  # export imports them lazily
 
 

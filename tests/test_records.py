@@ -1,13 +1,16 @@
-"""The experiment records in results/experiments/ and their renderer, annotated_transformer.experiments, exported from
-nbs/31_experiments.ipynb ("Experiments on the recipe"). Every experiment file has its record and a section of that
-page, and every figure the renderer shows is the figure its record holds."""
+"""The experiment records in results/experiments/ and their reader, tools/records.py, which the page
+nbs/31_experiments.ipynb ("Experiments on the recipe") draws them with. Every experiment file has its record and a
+section of that page, and every figure the reader shows is the figure its record holds."""
 import json
 import re
 
 import pytest
 
-from annotated_transformer.experiments import read_record, runs_table, single_epoch_spread, spread_between_runs
-from conftest import ROOT, cells
+from conftest import ROOT, cells, script
+
+records = script("tools/records.py")
+read_record, runs_table = records.read_record, records.runs_table
+single_epoch_spread, spread_between_runs = records.single_epoch_spread, records.spread_between_runs
 
 RESULTS = ROOT / "results" / "experiments"
 PAGE = ROOT / "nbs" / "31_experiments.ipynb"
