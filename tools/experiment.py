@@ -488,7 +488,7 @@ def compare_run(folder: Path, spec: dict, path: Path, record: dict, margin: floa
     return passed, lines
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_record(path: Path, data: dict) -> None:
     "Write `data` as indented JSON, atomically (`files.atomic_write`): a stop in the middle leaves the previous file."
     from annotated_transformer.files import atomic_write
     with atomic_write(path) as tmp:
@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output(str(out), "--out", {"the experiment file": str(args.file)})  # before anything trains
         runner = Runner(args.data_dir, spec.get("measure", {}).get("limit"))
         train_runs(planned, runner)
-        write_json(out, record(spec, args.file, planned, runner))
+        write_record(out, record(spec, args.file, planned, runner))
         print(f"wrote {out}")
         return 0
     except ExperimentError as e:
