@@ -63,7 +63,7 @@ def test_what_goes_in_and_what_stays_out(tmp_path):
         ("code", "#| hide\nraise SystemExit(3)  # Colab's install"),
         ("code", "#| default_exp first"),
         ("code", "#| export\ndef double(x):\n    return 2 * x"),
-        ("code", "#| slow\nraise SystemExit(4)"),
+        ("code", "#| slow\ntext = \"\"\"a\nbc\"\"\"  # a string over two lines keeps its text\nraise SystemExit(len(text))"),
         ("code", "%timeit double(1)"),
         ("code", "assert double(2) == 4\ndouble(\n    21)", [{"output_type": "execute_result", "data": {}}]),
         ("code", "double(1)  # shown by no output: not printed"),
@@ -88,7 +88,7 @@ def test_what_goes_in_and_what_stays_out(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(text)
     printed = done(run_alone(script, tmp_path, 120, "--quick"))
-    assert run_alone(script, tmp_path, 120).returncode == 4  # without --quick, the slow cell runs too
+    assert run_alone(script, tmp_path, 120).returncode == 4  # without --quick, the slow cell runs, its string whole
     assert printed == "42\n4\n"  # the shown expression is printed, the exercise's blank and solution are left out
     assert "# A [link](https://" in text and "02_second.html) to a page." in text
     assert "# ## Next" in text and "Exercises" not in text and "NotImplementedError" not in text

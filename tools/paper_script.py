@@ -118,6 +118,13 @@ def byte_col(line: str, col: int) -> int:
     return len(line.encode()[:col].decode(errors="ignore"))
 
 
+def indented(code: str) -> str:
+    "`code` four spaces deeper, except the inner lines of a string over several lines: they are the string's text."
+    inner = {line for node in ast.walk(ast.parse(code)) if isinstance(node, (ast.Constant, ast.JoinedStr))
+             for line in range(node.lineno + 1, node.end_lineno + 1)}
+    return "\n".join(f"    {line}" if line and i not in inner else line for i, line in enumerate(code.splitlines(), 1))
+
+
 def printing_last(lines: list[str], stmt: ast.Expr) -> list[str]:
     "The lines with the expression statement `stmt` wrapped in print(...)."
     first, last = stmt.lineno - 1, stmt.end_lineno - 1
@@ -199,7 +206,7 @@ class Assembler:
             lines = printing_last(lines, last)  # the notebook shows it: the script prints it
         kept = "\n".join(l for i, l in enumerate(lines) if i not in drop).strip("\n")
         if "slow" in flags:  # a long run: the script runs it unless told --quick
-            kept = "if LONG_RUNS:  # `--quick` leaves this long run out\n" + re.sub(r"(?m)^(?=.)", "    ", kept)
+            kept = "if LONG_RUNS:  # `--quick` leaves this long run out\n" + indented(kept)
         bound = bound_names(tree)
         if exported and module is not None:
             self.held.setdefault(module, set()).update(bound)
