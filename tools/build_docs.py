@@ -289,7 +289,8 @@ MOVED = {"09_viz": "06_viz", "15_exercises": "07_exercises", "06_fast": "10_fast
          "paper_map": "08_paper_map", "gpu": "17_gpu", "distributed": "16_distributed", "benchmarks": "19_benchmarks",
          "usage": "28_usage", "what-can-go-wrong": "32_what-can-go-wrong", "contributing": "33_contributing",
          "13_checkpoint": "14_checkpoint", "14_copy_task": "15_copy_task", "15_gpu": "17_gpu",
-         "17_benchmarks": "19_benchmarks", "19_streams": "13_files", "streams": "13_files"}
+         "17_benchmarks": "19_benchmarks", "19_streams": "13_files", "streams": "13_files",
+         "experiments": "31_experiments"}
 
 
 def moved_pages(site: Path) -> None:
