@@ -30,7 +30,7 @@ from .subwords import SubwordVocab, load_vocabularies, text_codec
 from .attention import MultiHeadedAttention, attention
 from .model import EncoderDecoder, subsequent_mask
 from .devices import default_device
-from .fast import speed_up
+from .fast import FastLayerNorm, speed_up
 
 # %% ../nbs/22_decoding.ipynb #3f1eed19
 def projection(*linears: nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:  # (rows, in) -> (rows, out)
@@ -66,12 +66,38 @@ def cached_attention(attn: MultiHeadedAttention,
         q, k, v = (attn.heads(t) for t in cache.qkv(query.flatten(0, 1)).unsqueeze(1).split(attn.h * attn.d_k, dim=-1))
         k, v = cache.append(k, v)  # (batch, h, keys, d_k)
     else:
-        q = attn.heads(attn.linears[0](query))  # (batch, h, 1, d_k)
+        q = attn.heads(_linear(attn.linears[0], query))  # (batch, h, 1, d_k)
         if cache.k is None:  # the encoder memory does not change while decoding: projected once, kept contiguous
-            cache.append(*(attn.heads(attn.linears[i](memory)).contiguous() for i in (1, 2)))
+            cache.append(*(attn.heads(_linear(attn.linears[i], memory)).contiguous() for i in (1, 2)))
         k, v = cache.k, cache.v  # (batch, h, src_len, d_k)
-    x, _ = attention(q, k, v, mask, attn.dropout)  # (batch, h, 1, d_k): equation 1 written out (see above)
-    return attn.linears[3](x.transpose(1, 2).reshape(query.size(0), -1, attn.h * attn.d_k))
+    x, _ = attention(q, k, v, mask, attn.dropout if attn.training else None)  # (batch, h, 1, d_k): equation 1
+    return _linear(attn.linears[3], x.transpose(1, 2).reshape(query.size(0), -1, attn.h * attn.d_k))
+
+def _linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:  # `lin(x)` without the module call's overhead
+    return nn.functional.linear(x, lin.weight, lin.bias)
+
+def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -> same
+    "`FastLayerNorm` without its autograd wrapper, which decoding does not need; any other norm as it is."
+    if type(norm) is not FastLayerNorm:
+        return norm(x)
+    std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # the steps of `_LayerNormFunction.forward`
+    return torch.addcmul(norm.b_2, (x - mean).div_(std + norm.eps), norm.a_2)
+
+def _sublayer(sub: nn.Module, x: torch.Tensor, f: Callable) -> torch.Tensor:  # (rows, 1, d_model) -> same
+    "`SublayerConnection.forward`, without the call to dropout when evaluating."
+    drop = sub.dropout if sub.training else (lambda y: y)
+    return x + drop(f(_norm(sub.norm, x))) if sub.pre_norm else _norm(sub.norm, x + drop(f(x)))
+
+def _feed_forward(ff: nn.Module, x: torch.Tensor) -> torch.Tensor:  # `PositionwiseFeedForward`: (rows, 1, d_model)
+    return _linear(ff.w_2, _linear(ff.w_1, x).relu()) if not ff.training else ff(x)
+
+def _fused(model: EncoderDecoder) -> tuple[list[Callable], Callable]:  # self-attention's W^Q|W^K|W^V, the generator
+    "The fused projections of `model`, kept on it and copied anew only when a weight has changed (training, loading)."
+    versions = [(p.data_ptr(), p._version) for p in model.parameters()]
+    if getattr(model, "_fused", (None,))[0] != versions:
+        model._fused = versions, ([projection(*layer.self_attn.linears[:3]) for layer in model.decoder.layers],
+                                  projection(model.generator.proj))
+    return model._fused[1]
 
 # %% ../nbs/22_decoding.ipynb #2a4eaacf
 class DecodingState:
@@ -101,10 +127,9 @@ class ModelState(DecodingState):
                  src_mask: torch.Tensor):  # (batch, 1, src_len)
         self.model, self.src_mask, self.length = model, src_mask, 0  # length: positions decoded so far
         self.memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
-        self.layers = [(AttentionCache(projection(*layer.self_attn.linears[:3])), AttentionCache())
-                       for layer in model.decoder.layers]  # each layer's (self-attention, source attention) caches
+        qkvs, self.generator = _fused(model)
+        self.layers = [(AttentionCache(qkv), AttentionCache()) for qkv in qkvs]  # each layer's (self, source) caches
         self.source = torch.arange(src.size(0), device=src.device)  # (batch,) the memory row each row reads
-        self.generator = projection(model.generator.proj)
 
     def reorder(self, index: torch.Tensor) -> None:
         if self.length == 0:  # the first step still reads the memory: it follows the rows
@@ -126,13 +151,13 @@ class ModelState(DecodingState):
             raise ValueError(f"sequence of length {self.length + 1} is longer than the positional encoding's "
                              f"max_len={position.max_len}; build the model with a larger max_len")
         x = position.dropout(embed(token[:, None]) + position.pe[:, self.length, None])  # (rows, 1, d_model)
-        mask = self.src_mask.unsqueeze(1)  # the mask of every head: (rows, 1, 1, src_len)
+        memory, mask = self.memory, self.src_mask.unsqueeze(1)  # mask: that of every head, (rows, 1, 1, src_len)
         for layer, (self_cache, src_cache) in zip(self.model.decoder.layers, self.layers):  # `DecoderLayer.forward`
-            x = layer.sublayer[0](x, lambda y: cached_attention(layer.self_attn, y, self_cache))  # the past only
-            x = layer.sublayer[1](x, lambda y: cached_attention(layer.src_attn, y, src_cache, self.memory, mask))
-            x = layer.sublayer[2](x, layer.feed_forward)
+            x = _sublayer(layer.sublayer[0], x, lambda y: cached_attention(layer.self_attn, y, self_cache))  # the past
+            x = _sublayer(layer.sublayer[1], x, lambda y: cached_attention(layer.src_attn, y, src_cache, memory, mask))
+            x = _sublayer(layer.sublayer[2], x, lambda y: _feed_forward(layer.feed_forward, y))
         self.length += 1
-        return self.generator(self.model.decoder.norm(x)[:, -1])
+        return self.generator(_norm(self.model.decoder.norm, x)[:, -1])
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         return self.scores(token).log_softmax(dim=-1)  # (rows, V), as `Generator.forward`
@@ -187,7 +212,7 @@ def _next_token_logp(logp: torch.Tensor,  # (rows, V) log-probabilities from the
     if banned is not None:
         logp[:, banned] = float("-inf")
     end_logp = logp[:, end_symbol].masked_fill(finished, 0.0)
-    logp = logp.masked_fill((finished | (lengths + 1 >= limits)).unsqueeze(1), float("-inf"))  # forced to end
+    logp.masked_fill_((finished | (lengths + 1 >= limits)).unsqueeze(1), float("-inf"))  # forced to end; in place
     logp[:, end_symbol] = end_logp  # the same as before for a beam that may go on
     return logp
 
@@ -197,7 +222,7 @@ def _best_continuations(scores: torch.Tensor,  # (rows,) summed log-probabilitie
                         K: int, alpha: float):
     "The K best continuations of each sentence under the length penalty: source rows, words, summed scores."
     V = logp.size(-1)
-    cand = scores.unsqueeze(1) + logp  # (rows, V) summed log-probabilities
+    cand = logp.add_(scores.unsqueeze(1))  # (rows, V) summed log-probabilities, written over `logp`
     top = (cand / length_penalty(new_len, alpha).unsqueeze(1)).view(-1, K * V).topk(K, dim=1).indices  # (sentences, K)
     rows = (torch.arange(top.size(0), device=scores.device).unsqueeze(1) * K + top // V).view(-1)  # (sentences*K,)
     word = (top % V).view(-1)
