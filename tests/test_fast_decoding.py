@@ -71,3 +71,15 @@ def test_nan_weights_refused():
         greedy_decode_cached(m, src, src_mask, 20)
     with pytest.raises(ValueError, match="NaN"):
         beam_search(m, src, src_mask, beam_size=2, max_extra=5)
+
+
+def test_weights_changed_after_decoding_are_used():
+    "The fused copies of the projections follow the weights: a change after one decoding shows in the next."
+    m = speed_up(eos_model(3, eos=1.5))
+    src, src_mask = sources(3)
+    greedy_decode_cached(m, src, src_mask, 20)  # makes the fused copies
+    with torch.no_grad():
+        m.generator.proj.bias[EOS] += 100.0  # </s> first everywhere
+        m.decoder.layers[0].self_attn.linears[1].weight.mul_(3.0)
+    assert strip(greedy_decode_cached(m, src, src_mask, 20)) == strip(greedy_decode(m, src, src_mask, 20, 0, EOS))
+    assert greedy_decode_cached(m, src, src_mask, 20)[:, 1].eq(EOS).all()
