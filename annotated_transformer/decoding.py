@@ -56,22 +56,23 @@ class AttentionCache:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 def cached_attention(attn: MultiHeadedAttention,
-                     query: torch.Tensor,  # (batch, 1, d_model) the newest position
+                     query: torch.Tensor,  # (batch, d_model) the newest position
                      cache: AttentionCache,  # self-attention's (it has `qkv`), or source attention's
                      memory: torch.Tensor | None = None,  # source attention: (batch, src_len, d_model) encoder output
                      mask: torch.Tensor | None = None,  # source attention: (batch, 1, 1, src_len)
-                     ) -> torch.Tensor:  # (batch, 1, d_model)
+                     ) -> torch.Tensor:  # (batch, d_model)
     "`MultiHeadedAttention.forward` for one new query, with the keys and values of earlier steps from `cache`."
+    shape = (query.size(0), attn.h, 1, attn.d_k)  # the heads of the new position
     if cache.qkv is not None:  # self-attention: query, key and value project one input, so one product makes all three
-        q, k, v = (attn.heads(t) for t in cache.qkv(query.flatten(0, 1)).unsqueeze(1).split(attn.h * attn.d_k, dim=-1))
+        q, k, v = (t.view(shape) for t in cache.qkv(query).split(attn.h * attn.d_k, dim=-1))  # (batch, h, 1, d_k)
         k, v = cache.append(k, v)  # (batch, h, keys, d_k)
     else:
-        q = attn.heads(_linear(attn.linears[0], query))  # (batch, h, 1, d_k)
+        q = _linear(attn.linears[0], query).view(shape)  # (batch, h, 1, d_k)
         if cache.k is None:  # the encoder memory does not change while decoding: projected once, kept contiguous
             cache.append(*(attn.heads(_linear(attn.linears[i], memory)).contiguous() for i in (1, 2)))
         k, v = cache.k, cache.v  # (batch, h, src_len, d_k)
     x, _ = attention(q, k, v, mask, attn.dropout if attn.training else None)  # (batch, h, 1, d_k): equation 1
-    return _linear(attn.linears[3], x.transpose(1, 2).reshape(query.size(0), -1, attn.h * attn.d_k))
+    return _linear(attn.linears[3], x.view(query.size(0), attn.h * attn.d_k))
 
 def _linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:  # `lin(x)` without the module call's overhead
     return nn.functional.linear(x, lin.weight, lin.bias)
@@ -83,12 +84,12 @@ def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -
     std, mean = torch.std_mean(x, dim=-1, keepdim=True)  # the steps of `_LayerNormFunction.forward`
     return torch.addcmul(norm.b_2, (x - mean).div_(std + norm.eps), norm.a_2)
 
-def _sublayer(sub: nn.Module, x: torch.Tensor, f: Callable) -> torch.Tensor:  # (rows, 1, d_model) -> same
+def _sublayer(sub: nn.Module, x: torch.Tensor, f: Callable) -> torch.Tensor:  # (rows, d_model) -> same
     "`SublayerConnection.forward`, without the call to dropout when evaluating."
     drop = sub.dropout if sub.training else (lambda y: y)
     return x + drop(f(_norm(sub.norm, x))) if sub.pre_norm else _norm(sub.norm, x + drop(f(x)))
 
-def _feed_forward(ff: nn.Module, x: torch.Tensor) -> torch.Tensor:  # `PositionwiseFeedForward`: (rows, 1, d_model)
+def _feed_forward(ff: nn.Module, x: torch.Tensor) -> torch.Tensor:  # `PositionwiseFeedForward`: (rows, d_model)
     return _linear(ff.w_2, _linear(ff.w_1, x).relu()) if not ff.training else ff(x)
 
 def _fused(model: EncoderDecoder) -> tuple[list[Callable], Callable]:  # self-attention's W^Q|W^K|W^V, the generator
@@ -150,14 +151,14 @@ class ModelState(DecodingState):
         if self.length >= position.max_len:  # `PositionalEncoding.forward`, at the newest position only
             raise ValueError(f"sequence of length {self.length + 1} is longer than the positional encoding's "
                              f"max_len={position.max_len}; build the model with a larger max_len")
-        x = position.dropout(embed(token[:, None]) + position.pe[:, self.length, None])  # (rows, 1, d_model)
+        x = position.dropout(embed(token) + position.pe[0, self.length])  # (rows, d_model)
         memory, mask = self.memory, self.src_mask.unsqueeze(1)  # mask: that of every head, (rows, 1, 1, src_len)
         for layer, (self_cache, src_cache) in zip(self.model.decoder.layers, self.layers):  # `DecoderLayer.forward`
             x = _sublayer(layer.sublayer[0], x, lambda y: cached_attention(layer.self_attn, y, self_cache))  # the past
             x = _sublayer(layer.sublayer[1], x, lambda y: cached_attention(layer.src_attn, y, src_cache, memory, mask))
             x = _sublayer(layer.sublayer[2], x, lambda y: _feed_forward(layer.feed_forward, y))
         self.length += 1
-        return self.generator(_norm(self.model.decoder.norm, x)[:, -1])
+        return self.generator(_norm(self.model.decoder.norm, x))
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         return self.scores(token).log_softmax(dim=-1)  # (rows, V), as `Generator.forward`
