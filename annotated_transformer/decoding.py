@@ -85,12 +85,8 @@ def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -
     return torch.addcmul(norm.b_2, (x - mean).div_(std + norm.eps), norm.a_2)
 
 def _sublayer(sub: nn.Module, x: torch.Tensor, f: Callable) -> torch.Tensor:  # (rows, d_model) -> same
-    "`SublayerConnection.forward`, without the call to dropout when evaluating."
-    drop = sub.dropout if sub.training else (lambda y: y)
-    return x + drop(f(_norm(sub.norm, x))) if sub.pre_norm else _norm(sub.norm, x + drop(f(x)))
-
-def _feed_forward(ff: nn.Module, x: torch.Tensor) -> torch.Tensor:  # `PositionwiseFeedForward`: (rows, d_model)
-    return _linear(ff.w_2, _linear(ff.w_1, x).relu()) if not ff.training else ff(x)
+    "`SublayerConnection.forward`, its LayerNorm by `_norm`."
+    return x + sub.dropout(f(_norm(sub.norm, x))) if sub.pre_norm else _norm(sub.norm, x + sub.dropout(f(x)))
 
 def _fused(model: EncoderDecoder) -> tuple[list[Callable], Callable]:  # self-attention's W^Q|W^K|W^V, the generator
     "The fused projections of `model`, kept on it and copied anew only when a weight has changed (training, loading)."
@@ -136,8 +132,7 @@ class ModelState(DecodingState):
         if self.length == 0:  # the first step still reads the memory: it follows the rows
             self.memory = self.memory.index_select(0, index)
         source = self.source.index_select(0, index)
-        moved = not torch.equal(source, self.source)  # beams chosen among one sentence's rows read the same source
-        self.source = source
+        moved, self.source = not torch.equal(source, self.source), source  # beams of one sentence read one source
         if moved:
             self.src_mask = self.src_mask.index_select(0, index)
         for self_cache, src_cache in self.layers:
@@ -156,7 +151,7 @@ class ModelState(DecodingState):
         for layer, (self_cache, src_cache) in zip(self.model.decoder.layers, self.layers):  # `DecoderLayer.forward`
             x = _sublayer(layer.sublayer[0], x, lambda y: cached_attention(layer.self_attn, y, self_cache))  # the past
             x = _sublayer(layer.sublayer[1], x, lambda y: cached_attention(layer.src_attn, y, src_cache, memory, mask))
-            x = _sublayer(layer.sublayer[2], x, lambda y: _feed_forward(layer.feed_forward, y))
+            x = _sublayer(layer.sublayer[2], x, layer.feed_forward)
         self.length += 1
         return self.generator(_norm(self.model.decoder.norm, x))
 
