@@ -56,22 +56,23 @@ class AttentionCache:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 def cached_attention(attn: MultiHeadedAttention,
-                     query: torch.Tensor,  # (batch, 1, d_model) the newest position
+                     query: torch.Tensor,  # (batch, d_model) the newest position
                      cache: AttentionCache,  # self-attention's (it has `qkv`), or source attention's
                      memory: torch.Tensor | None = None,  # source attention: (batch, src_len, d_model) encoder output
                      mask: torch.Tensor | None = None,  # source attention: (batch, 1, 1, src_len)
-                     ) -> torch.Tensor:  # (batch, 1, d_model)
+                     ) -> torch.Tensor:  # (batch, d_model)
     "`MultiHeadedAttention.forward` for one new query, with the keys and values of earlier steps from `cache`."
+    shape = (query.size(0), attn.h, 1, attn.d_k)  # the heads of the new position
     if cache.qkv is not None:  # self-attention: query, key and value project one input, so one product makes all three
-        q, k, v = (attn.heads(t) for t in cache.qkv(query.flatten(0, 1)).unsqueeze(1).split(attn.h * attn.d_k, dim=-1))
+        q, k, v = (t.view(shape) for t in cache.qkv(query).split(attn.h * attn.d_k, dim=-1))  # (batch, h, 1, d_k)
         k, v = cache.append(k, v)  # (batch, h, keys, d_k)
     else:
-        q = attn.heads(attn.linears[0](query))  # (batch, h, 1, d_k)
+        q = attn.linears[0](query).view(shape)  # (batch, h, 1, d_k)
         if cache.k is None:  # the encoder memory does not change while decoding: projected once, kept contiguous
             cache.append(*(attn.heads(attn.linears[i](memory)).contiguous() for i in (1, 2)))
         k, v = cache.k, cache.v  # (batch, h, src_len, d_k)
-    x, _ = attention(q, k, v, mask, attn.dropout)  # (batch, h, 1, d_k): equation 1 written out (see above)
-    return attn.linears[3](x.transpose(1, 2).reshape(query.size(0), -1, attn.h * attn.d_k))
+    x, _ = attention(q, k, v, mask, attn.dropout if attn.training else None)  # (batch, h, 1, d_k): equation 1
+    return attn.linears[3](x.view(query.size(0), attn.h * attn.d_k))
 
 # %% ../nbs/22_decoding.ipynb #2a4eaacf
 class DecodingState:
@@ -110,8 +111,7 @@ class ModelState(DecodingState):
         if self.length == 0:  # the first step still reads the memory: it follows the rows
             self.memory = self.memory.index_select(0, index)
         source = self.source.index_select(0, index)
-        moved = not torch.equal(source, self.source)  # beams chosen among one sentence's rows read the same source
-        self.source = source
+        moved, self.source = not torch.equal(source, self.source), source  # beams of one sentence read one source
         if moved:
             self.src_mask = self.src_mask.index_select(0, index)
         for self_cache, src_cache in self.layers:
@@ -125,14 +125,14 @@ class ModelState(DecodingState):
         if self.length >= position.max_len:  # `PositionalEncoding.forward`, at the newest position only
             raise ValueError(f"sequence of length {self.length + 1} is longer than the positional encoding's "
                              f"max_len={position.max_len}; build the model with a larger max_len")
-        x = position.dropout(embed(token[:, None]) + position.pe[:, self.length, None])  # (rows, 1, d_model)
-        mask = self.src_mask.unsqueeze(1)  # the mask of every head: (rows, 1, 1, src_len)
+        x = position.dropout(embed(token) + position.pe[0, self.length])  # (rows, d_model)
+        memory, mask = self.memory, self.src_mask.unsqueeze(1)  # mask: that of every head, (rows, 1, 1, src_len)
         for layer, (self_cache, src_cache) in zip(self.model.decoder.layers, self.layers):  # `DecoderLayer.forward`
             x = layer.sublayer[0](x, lambda y: cached_attention(layer.self_attn, y, self_cache))  # the past only
-            x = layer.sublayer[1](x, lambda y: cached_attention(layer.src_attn, y, src_cache, self.memory, mask))
+            x = layer.sublayer[1](x, lambda y: cached_attention(layer.src_attn, y, src_cache, memory, mask))
             x = layer.sublayer[2](x, layer.feed_forward)
         self.length += 1
-        return self.generator(self.model.decoder.norm(x)[:, -1])
+        return self.generator(self.model.decoder.norm(x))
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         return self.scores(token).log_softmax(dim=-1)  # (rows, V), as `Generator.forward`
@@ -187,7 +187,7 @@ def _next_token_logp(logp: torch.Tensor,  # (rows, V) log-probabilities from the
     if banned is not None:
         logp[:, banned] = float("-inf")
     end_logp = logp[:, end_symbol].masked_fill(finished, 0.0)
-    logp = logp.masked_fill((finished | (lengths + 1 >= limits)).unsqueeze(1), float("-inf"))  # forced to end
+    logp.masked_fill_((finished | (lengths + 1 >= limits)).unsqueeze(1), float("-inf"))  # forced to end; in place
     logp[:, end_symbol] = end_logp  # the same as before for a beam that may go on
     return logp
 
@@ -197,7 +197,7 @@ def _best_continuations(scores: torch.Tensor,  # (rows,) summed log-probabilitie
                         K: int, alpha: float):
     "The K best continuations of each sentence under the length penalty: source rows, words, summed scores."
     V = logp.size(-1)
-    cand = scores.unsqueeze(1) + logp  # (rows, V) summed log-probabilities
+    cand = logp.add_(scores.unsqueeze(1))  # (rows, V) summed log-probabilities, written over `logp`
     top = (cand / length_penalty(new_len, alpha).unsqueeze(1)).view(-1, K * V).topk(K, dim=1).indices  # (sentences, K)
     rows = (torch.arange(top.size(0), device=scores.device).unsqueeze(1) * K + top // V).view(-1)  # (sentences*K,)
     word = (top % V).view(-1)
