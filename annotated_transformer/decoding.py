@@ -90,7 +90,7 @@ def row_max(scores: torch.Tensor,  # (rows, V)
 class DecodingState:
     "A batch being decoded: `step` gives the next token's log-probabilities, `reorder` keeps, drops or repeats rows."
     def step(self, token: torch.Tensor) -> torch.Tensor:  # (rows,) newest tokens -> (rows, V) log-probabilities
-        raise NotImplementedError
+        raise NotImplementedError  # a new tensor each call: the decoders write over it
 
     def reorder(self, index: torch.Tensor) -> None:  # (rows,) the rows to keep, in order; a row may repeat
         raise NotImplementedError

@@ -295,6 +295,22 @@ def test_phone_menu_opens_and_its_links_work(site_url, browser):
         page.wait_for_url("**/06_viz.html", timeout=10000)
 
 
+# the section `id` is on the screen and the page has stopped scrolling (the same scrollY on two frames in a row)
+SECTION_ON_SCREEN = """id => { const y = window.scrollY, still = window.lastScrollY === y; window.lastScrollY = y;
+                                const top = document.getElementById(decodeURIComponent(id)).getBoundingClientRect().top;
+                                return still && -5 <= top && top <= 300; }"""
+
+
+def settles(page, condition: str, arg=None, timeout: int = 10_000) -> bool:
+    "Whether `condition` (a function of `arg`, in the page) comes true within `timeout` ms: handlers and smooth scrolling finish later on a busy machine."
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    try:
+        page.wait_for_function(condition, arg=arg, timeout=timeout)
+    except PlaywrightTimeout:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("name", ["05_training.html", "api.html"])
 def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, browser, name):
     with opened(browser, "390x844", name, site_url) as page:
@@ -312,9 +328,9 @@ def test_phone_contents_open_and_every_link_lands_on_its_section(site_url, brows
         target = middle.get_attribute("href")[1:]
         middle.tap()
         page.wait_for_function("() => !document.querySelector('#pst-secondary-sidebar-modal').open", timeout=5000)
-        page.wait_for_timeout(600)  # smooth scrolling
+        shown = settles(page, SECTION_ON_SCREEN, target)  # once the smooth scrolling has brought it
         top = page.evaluate("id => document.getElementById(decodeURIComponent(id)).getBoundingClientRect().top", target)
-        assert -5 <= top <= 300, f"{name}: after tapping #{target} its section is at y={top:.0f}, not on the screen"
+        assert shown, f"{name}: after tapping #{target} its section is at y={top:.0f}, not on the screen"
 
 
 @pytest.mark.parametrize("screen", ["1280x800", "1366x768"])
@@ -337,9 +353,7 @@ def test_laptop_shows_chapters_and_page_contents_without_a_tap(site_url, browser
         assert link.is_visible() and on_screen(page, link), f"{name} at {screen}: no visible link to {REPOSITORY}"
         anchor = contents.get_attribute("href")[1:]
         contents.click()
-        page.wait_for_timeout(600)
-        top = page.evaluate("id => document.getElementById(decodeURIComponent(id)).getBoundingClientRect().top", anchor)
-        assert -5 <= top <= 300, f"{name} at {screen}: the contents link did not bring its section into view"
+        assert settles(page, SECTION_ON_SCREEN, anchor), f"{name} at {screen}: the contents link did not bring its section into view"
 
 
 # --- reading ----------------------------------------------------------------------------------------------------
@@ -427,9 +441,9 @@ def test_phone_equations_and_tables_fit_or_scroll_with_a_cue(site_url, browser, 
             end = page.evaluate("""i => { const e = document.querySelector(`[data-probe="${i}"]`); e.scrollLeft = e.scrollWidth;
                                      return e.scrollLeft + e.clientWidth >= e.scrollWidth - 2; }""", b["i"])
             assert end, f"{name}: {b['tag']} #{b['i']} does not scroll to its end"
-            page.wait_for_timeout(50)
-            cue = page.evaluate("i => getComputedStyle(document.querySelector(`[data-probe='${i}']`).parentElement, '::after').content", b["i"])
-            assert cue in ("none", "normal"), f"{name}: the scroll cue stays after scrolling to the end"
+            gone = settles(page, "i => ['none', 'normal'].includes(getComputedStyle("
+                                 "document.querySelector(`[data-probe='${i}']`).parentElement, '::after').content)", b["i"])
+            assert gone, f"{name}: the scroll cue stays after scrolling to the end"
 
 
 @pytest.mark.parametrize("name", ["01_attention.html", "24_train.html"])
