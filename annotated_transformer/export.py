@@ -13,7 +13,6 @@ __all__ = ['EXTRA', 'ENGINE_MODULES', 'EXPORTERS', 'engine_module', 'engine_toke
 import importlib
 import json
 import logging
-import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from .checkpoint import VOCABULARY_FILES, load_model, read_config, writing_folde
 from .files import check_manifest, check_path
 from .data import BOS, EOS, PAD, SPECIALS
 from .decoding import ENGINES, DecodingState, Translator
+from .fast import biased_variance_gain
 from .model import EncoderDecoder, ModelConfig
 from .subwords import load_vocabularies
 
@@ -45,8 +45,7 @@ def _array(t: torch.Tensor):  # -> a float32 NumPy array, what the engine's spec
 
 def _norm(spec, norm: nn.Module) -> None:
     "The package's LayerNorm as the engine's: the gain scaled by sqrt((n-1)/n), the bias as it is."
-    n = norm.a_2.numel()
-    spec.gamma, spec.beta = _array(norm.a_2) * math.sqrt((n - 1) / n), _array(norm.b_2)
+    spec.gamma, spec.beta = _array(biased_variance_gain(norm)), _array(norm.b_2)
 
 def _linear(spec, *linears: nn.Linear) -> None:
     "One engine matrix from one or more of ours, stacked along the outputs (Q, K and V become one product)."

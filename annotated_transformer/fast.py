@@ -7,7 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/fast.html.md
 # %% auto #0
 __all__ = ['GPU_ATTENTION_KERNELS', 'DROPOUT_BITS', 'GPU_CHUNK_ELEMENTS', 'FAST_VERSIONS', 'masked_score',
            'FastMultiHeadedAttention', 'capture_attention', 'dropout_mask', 'FastDropout', 'FastFeedForward',
-           'FastLayerNorm', 'FastLabelSmoothing', 'FastLossCompute', 'speed_up']
+           'biased_variance_gain', 'FastLayerNorm', 'FastLabelSmoothing', 'FastLossCompute', 'speed_up']
 
 # %% ../nbs/10_fast.ipynb #c031feaa
 import math
@@ -162,13 +162,18 @@ class _LayerNormFunction(torch.autograd.Function):
         grad_x = torch.addcmul(-g_mean, grad_out, a).addcmul_(x_hat, -k).mul_(inv)  # (g - mean g - k x_hat) / D
         return grad_x, grad_a, grad_b, None
 
+def biased_variance_gain(norm: LayerNorm) -> torch.Tensor:  # (features,)
+    "The gain that gives this LayerNorm's results to one that divides by the biased variance: a * sqrt((n-1)/n)."
+    n = norm.a_2.numel()
+    return norm.a_2 * math.sqrt((n - 1) / n)
+
 class FastLayerNorm(LayerNorm):
     "`LayerNorm` by `_LayerNormFunction` when a backward pass may follow, else by PyTorch's fused kernel (below)."
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., features) -> same
         if torch.is_grad_enabled():
             return _LayerNormFunction.apply(x, self.a_2, self.b_2, self.eps)
         n = x.size(-1)  # a * (x - mean) / sqrt(std^2 + eps^2) + b, in one kernel
-        return F.layer_norm(x, (n,), self.a_2 * math.sqrt((n - 1) / n), self.b_2, self.eps ** 2 * (n - 1) / n)
+        return F.layer_norm(x, (n,), biased_variance_gain(self), self.b_2, self.eps ** 2 * (n - 1) / n)
 
 # %% ../nbs/10_fast.ipynb #ff7544eb
 def _xlogx(v: float) -> float: return 0.0 if v == 0 else v * math.log(v)
