@@ -10,12 +10,14 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from annotated_transformer.files import read_json
+
 
 def read_record(name: str,  # the experiment's name: its file is experiments/NAME.json
                 folder: str | Path,  # where the records are (the repository's results/experiments)
                 ) -> dict:
     "The record `tools/experiment.py` wrote for one experiment."
-    return json.loads((Path(folder) / f"{name}.json").read_text())
+    return read_json(Path(folder) / f"{name}.json")  # a damaged record is named, not a JSON traceback
 
 
 def val_greedy(scored: dict) -> float:
