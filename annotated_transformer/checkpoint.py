@@ -7,9 +7,9 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoint.h
 # %% auto #0
 __all__ = ['WEIGHTS_FILE', 'CONFIG_FILE', 'TRAINER_TENSORS_FILE', 'TRAINER_JSON_FILE', 'SCALE_SUFFIX', 'VOCABULARY_FILES',
            'FLOAT_DTYPES', 'weights_to_save', 'vocabulary_fingerprint', 'writing_folder', 'check_destination',
-           'check_run_folder', 'check_finite', 'savable_weights', 'save_model', 'dequantized', 'read_config',
-           'model_config', 'check_stored_weights', 'check_weights_match', 'load_weights', 'load_model',
-           'save_checkpoint', 'load_checkpoint']
+           'check_run_folder', 'check_finite', 'save_model', 'dequantized', 'read_config', 'model_config',
+           'check_stored_weights', 'check_weights_match', 'load_weights', 'load_model', 'save_checkpoint',
+           'load_checkpoint']
 
 # %% ../nbs/14_checkpoint.ipynb #0c5e3719
 import hashlib
@@ -137,20 +137,27 @@ def check_finite(tensors: dict[str, torch.Tensor],  # name -> tensor
             kind = "NaN (not a number)" if bool(torch.isnan(t).any()) else "infinite values"
             raise ValueError(f"{source}: tensor {name} holds {kind}; {why}")
 
-def savable_weights(model: EncoderDecoder, path: Path, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    "`weights_to_save`, refused with the tensor's name if the model holds NaN or infinities, or `dtype` cannot hold it."
+def _save(path: Path, model: EncoderDecoder, dtype: torch.dtype | None, extra_config: dict | None,
+          files: dict[str, str] | None,
+          trainer: tuple | None = None,  # `trainer_state`'s (tensors, JSON): what resumes a run
+          step: int | None = None,  # optimizer step recorded in the manifest
+          ) -> Path:
+    "Write one sealed folder, after refusing (by the tensor's name) NaN, infinities, or weights `dtype` cannot hold."
     check_finite(model.state_dict(), f"{path}: not saved")  # e.g. a model saved after a diverged update
     tensors, kind = weights_to_save(model, dtype), str(dtype).removeprefix("torch.")
     check_finite(tensors, f"{path}: not saved in {kind}",  # float16 ends at 65504
                  f"a weight is beyond the range of {kind}: save it in float32 or bfloat16")
-    return tensors
-
-def _write_model_files(folder: Path, tensors: dict[str, torch.Tensor], model: EncoderDecoder, extra_config: dict | None,
-                       files: dict[str, str] | None) -> None:
-    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-    write_json(folder / CONFIG_FILE, {"model": model.config.to_dict(), "extra": extra_config or {}})
-    for name, text in (files or {}).items():
-        (folder / name).write_text(text)
+    if trainer is not None:
+        check_finite(trainer[0], f"{path}: not saved ({TRAINER_TENSORS_FILE})")  # Adam's moments resume the run
+    with writing_folder(path, step) as tmp:
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_json(tmp / CONFIG_FILE, {"model": model.config.to_dict(), "extra": extra_config or {}})
+        for name, text in (files or {}).items():
+            (tmp / name).write_text(text)
+        if trainer is not None:
+            save_file(trainer[0], str(tmp / TRAINER_TENSORS_FILE))
+            write_json(tmp / TRAINER_JSON_FILE, trainer[1])
+    return path
 
 def save_model(model: EncoderDecoder,  # a model built by `make_model` / `build_model` (has `.config`)
                path: str | Path,  # checkpoint folder (created, or replaced as a whole)
@@ -161,11 +168,7 @@ def save_model(model: EncoderDecoder,  # a model built by `make_model` / `build_
     "Write `model.safetensors`, `config.json` (and `files`) as one sealed folder `path`."
     if dtype not in (None, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8):
         raise ValueError(f"weights can be stored in float16, bfloat16, float32, float64 or int8 (8 bits), not {dtype}")
-    path = check_path(path, "a checkpoint folder")
-    tensors = savable_weights(model, path, dtype)  # before anything is written
-    with writing_folder(path) as tmp:
-        _write_model_files(tmp, tensors, model, extra_config, files)
-    return path
+    return _save(check_path(path, "a checkpoint folder"), model, dtype, extra_config, files)
 
 # %% ../nbs/14_checkpoint.ipynb #c8b1e0a2
 def dequantized(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -199,8 +202,12 @@ def model_config(path: str | Path) -> ModelConfig:
 # %% ../nbs/14_checkpoint.ipynb #1ac539bd
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # what weights may be stored in (and int8 matrices with their scales)
 
-def _stored_tensors(f: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    "{name: (shape, dtype)} of the weights, from the header of safetensors file `f`; their 8-bit scales checked."
+def _stored_tensors(path: str | Path,  # a checkpoint folder
+                   ) -> tuple[Path, dict[str, tuple[tuple[int, ...], str]]]:  # its weights file, {name: (shape, dtype)}
+    "The folder's weights file, and from its header the weights' shapes and dtypes; their 8-bit scales checked."
+    f = Path(path) / WEIGHTS_FILE
+    if not f.is_file():
+        raise FileNotFoundError(f"no {WEIGHTS_FILE} in {path}: expected a checkpoint folder written by save_model")
     try:
         with safe_open(str(f), framework="pt") as st:
             stored = {n: (tuple(st.get_slice(n).get_shape()), st.get_slice(n).get_dtype()) for n in st.keys()}
@@ -215,18 +222,11 @@ def _stored_tensors(f: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     if wrong:
         raise ValueError(f"{f}: weights must be stored as floating point ({', '.join(FLOAT_DTYPES)}) or as int8 "
                          f"matrices with their row scales; {wrong[0]}")
-    return stored
-
-def _weights_file(path: str | Path) -> Path:
-    f = Path(path) / WEIGHTS_FILE
-    if not f.is_file():
-        raise FileNotFoundError(f"no {WEIGHTS_FILE} in {path}: expected a checkpoint folder written by save_model")
-    return f
+    return f, stored
 
 def check_stored_weights(cfg: ModelConfig, path: str | Path) -> None:
     "Compare the shapes and dtypes in the header of `path`'s weights with the model `cfg` describes, before building."
-    f = _weights_file(path)
-    stored = _stored_tensors(f)
+    f, stored = _stored_tensors(path)
     d, layers = cfg.d_model, cfg.N  # a lower bound of the parameters, to refuse an inflated size before building
     least = layers * (12 * d * d + 4 * d * cfg.d_ff) + d * max(cfg.src_vocab, cfg.tgt_vocab)
     held = sum(math.prod(shape) for shape, _ in stored.values())
@@ -257,11 +257,11 @@ def load_weights(model: nn.Module, path: str | Path,
     "Load `model.safetensors` from the folder `path` into `model`, after checking the manifest, every shape and dtype."
     if Path(path).is_dir():
         check_manifest(path, required=not trust)
-    return _load_checked(model, _weights_file(path))
+    return _load_checked(model, path)
 
-def _load_checked(model: nn.Module, f: Path) -> nn.Module:
-    "Load the weights file `f` into `model` after checking its dtypes and shapes."
-    _stored_tensors(f)
+def _load_checked(model: nn.Module, path: str | Path) -> nn.Module:
+    "Load the weights of checkpoint folder `path` into `model` after checking their dtypes and shapes."
+    f, _ = _stored_tensors(path)
     try:
         stored = load_file(str(f))
     except Exception as e:
@@ -280,7 +280,7 @@ def load_model(path: str | Path,  # checkpoint folder
     check_manifest(path, required=not trust)
     cfg = model_config(path)
     check_stored_weights(cfg, path)
-    return _load_checked(build_model(cfg), Path(path) / WEIGHTS_FILE).to(device).eval()
+    return _load_checked(build_model(cfg), path).to(device).eval()
 
 # %% ../nbs/14_checkpoint.ipynb #de505d17
 def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced as a whole)
@@ -293,17 +293,9 @@ def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced
                     files: dict[str, str] | None = None,  # more text files to include, e.g. vocabularies
                     ) -> Path:
     "Save weights and config, plus (if an optimizer is given) everything needed to resume exactly: one sealed folder."
-    path = check_path(path, "a checkpoint folder")
-    tensors = savable_weights(model, path)
     trainer = trainer_state(optimizer, scheduler, train_state, extra) if optimizer is not None else None
-    if trainer is not None:
-        check_finite(trainer[0], f"{path}: not saved ({TRAINER_TENSORS_FILE})")  # Adam's moments resume the run
-    with writing_folder(path, (train_state or TrainState()).step) as tmp:
-        _write_model_files(tmp, tensors, model, extra_config, files)
-        if trainer is not None:
-            save_file(trainer[0], str(tmp / TRAINER_TENSORS_FILE))
-            write_json(tmp / TRAINER_JSON_FILE, trainer[1])
-    return path
+    return _save(check_path(path, "a checkpoint folder"), model, None, extra_config, files, trainer,
+                 (train_state or TrainState()).step)
 
 def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_checkpoint`
                     model: nn.Module,  # model of the same configuration

@@ -83,7 +83,7 @@ _TRAIN = [_DEVICE, ("--allow-changed-data", dict(action="store_true", help="resu
 def check_settings(cfg: TrainConfig) -> TrainConfig:
     "Refuse what `train` refuses from the command line: a value its option would refuse, R-Drop without dropout."
     check_values(cfg)
-    if cfg.rdrop and cfg.dropout() == 0:
+    if cfg.rdrop and cfg.model_config().dropout == 0:
         raise InputError(f"--rdrop {cfg.rdrop:g} needs dropout > 0: without dropout the two passes are one, R-Drop's "
                          "term is always 0 and each step costs twice; give --dropout (or a --preset) or drop --rdrop")
     return cfg

@@ -99,8 +99,6 @@ class TrainConfig:
         "The model's settings, the preset's N, d_model, d_ff, h and dropout if one is named (no vocabularies yet)."
         return replace(self.model, **PRESETS[self.preset]) if self.preset else self.model
 
-    def dropout(self) -> float: return self.model_config().dropout  # the preset's if one is named
-
 # %% ../nbs/24_train.ipynb #c001d0a2
 def cooled_rate(step: int,  # optimizer steps taken so far
                 model_size: int,  # d_model, as for `rate`
@@ -264,8 +262,9 @@ def _prepare_out_dir(out: Path, cfg: TrainConfig) -> dict | None:  # the setting
     settings = read_json(out / SETTINGS_FILE)
     if not isinstance(settings, dict):
         raise ValueError(f"{out / SETTINGS_FILE} holds no settings (a JSON object): it was not written by train")
-    # a field added after the run was saved (rdrop, say) trained with its default: compare that, not nothing
-    before, now = _comparable({**asdict(TrainConfig()), **settings}), _comparable(asdict(cfg))
+    # a field added after the run was saved (rdrop, say) trained with its default: compare that, not nothing; but
+    # the default cooldown (the last fifth) came after the field: a run saved without it had none
+    before, now = _comparable({**asdict(TrainConfig()), "cooldown": 0, **settings}), _comparable(asdict(cfg))
     # where the run lives is no setting (a copied or moved folder resumes); where its data lives neither, once the
     # data itself is compared (`_check_data`); where a fine-tuning started is: it is part of what the run is
     places = ("out_dir", *(("data_dir", "corpus_dir") if (out / DATA_FILE).is_file() else ()))
@@ -370,7 +369,7 @@ def _schedule(cfg: TrainConfig, sampler: TokenBucketSampler, optimizer: torch.op
               resumed: dict | None,  # the settings the run was saved with (None: a new run)
               ) -> tuple[object, tuple[float, int, int]]:  # (scheduler, (last step a resume may be at, saved schedule))
     "The run's schedule (equation 3, cooled down over the last epochs), and how far a resume may change it."
-    old_epochs, old_cooldown = ((resumed["epochs"], resumed.get("cooldown", 0)) if resumed
+    old_epochs, old_cooldown = ((resumed["epochs"], resumed["cooldown"]) if resumed
                                 else (cfg.epochs, cfg.cooldown))
     # only a cooldown needs the run's length in steps (counting them cuts every epoch's batches: a second at start-up)
     cooling = cfg.cooldown != 0 or old_cooldown != 0
@@ -396,7 +395,7 @@ class _Run:
     def __init__(self, cfg: TrainConfig, info: DistInfo, out: Path, talk: bool, data: TranslationData,
                  resumed: dict | None,  # the settings the run was saved with (None: a new run)
                  init_config: ModelConfig | None):  # fine-tuning: what `_init_config` read (None: a new model)
-        if cfg.rdrop and cfg.dropout() == 0:  # (the command refuses it)
+        if cfg.rdrop and cfg.model_config().dropout == 0:  # (the command refuses it)
             warnings.warn("rdrop > 0 with dropout 0: the two passes are one, R-Drop's term is always 0, and each step "
                           "costs twice; give the model dropout > 0 or set rdrop=0", stacklevel=3)
         self.cfg, self.info, self.out, self.talk, self.data = cfg, info, out, talk, data  # talk: rank 0 prints
