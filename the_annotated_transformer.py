@@ -1512,6 +1512,10 @@ for row, full in zip(stopped.tolist(), out.tolist()):
 # differently.
 # So it follows a different random path, and [The training loop](https://annotated-transformer.github.io/annotated-transformer/12_loop.html) checks it against the same numbers
 # with a looser tolerance.
+#
+# Another version of torch may draw other dropout masks from the same seed.
+# The run then lands near the recorded one, not on it, and the cells check it as the fast path is checked: within 5%
+# after the first epoch and within 15% after the fifth.
 
 # %%
 # (train loss, eval loss) per epoch, recorded from The Annotated Transformer 2022's code: seed 0, torch 2.13, CPU
@@ -1520,6 +1524,10 @@ RECORDED_2022 = [(2.7009167671203613, 2.0329673290252686),
                  (1.6448098421096802, 1.3324785232543945),
                  (1.2902790307998657, 0.8831092715263367),
                  (0.848213791847229, 0.4118996262550354)]
+# the masks dropout drew then: the first dropped entries of 1,000 after seed 0; another torch may draw others
+torch.manual_seed(0)
+first_dropped = (torch.nn.functional.dropout(torch.ones(1000), 0.1) == 0).nonzero().flatten()[:8].tolist()
+SAME_MASKS = first_dropped == [0, 3, 35, 48, 53, 63, 92, 101]
 
 def copy_data(V, batch_size, nbatches):
     "The 2022 example's batches: random symbols 1..V-1, the first one set to 1, target = source."
@@ -1548,13 +1556,15 @@ def report(epoch, train_loss, eval_loss, train_ref, eval_ref):
 run = enumerate(zip(example_simple_model(len(RECORDED_2022)), RECORDED_2022))  # one epoch per step of the loop
 for _, (epoch, ((train_loss, eval_loss, model), (train_ref, eval_ref))) in zip(range(1), run):
     report(epoch, train_loss, eval_loss, train_ref, eval_ref)
-    test_close(train_loss, train_ref, eps=1e-5 * train_ref); test_close(eval_loss, eval_ref, eps=1e-5 * eval_ref)
+    tolerance = 1e-5 if SAME_MASKS else 5e-2  # other masks: near the recorded run, as the fast path (12_loop)
+    test_close(train_loss, train_ref, eps=tolerance * train_ref); test_close(eval_loss, eval_ref, eps=tolerance * eval_ref)
 
 # %%
 if LONG_RUNS:  # `--quick` leaves this long run out
     for epoch, ((train_loss, eval_loss, model), (train_ref, eval_ref)) in run:  # epochs 2 to 5 of the same run
         report(epoch, train_loss, eval_loss, train_ref, eval_ref)
-        test_close(train_loss, train_ref, eps=1e-3 * train_ref); test_close(eval_loss, eval_ref, eps=1e-3 * eval_ref)
+        tolerance = 1e-3 if SAME_MASKS else 0.15  # other masks: runs drift apart as training goes on
+        test_close(train_loss, train_ref, eps=tolerance * train_ref); test_close(eval_loss, eval_ref, eps=tolerance * eval_ref)
 
 # %% [markdown]
 # The trained model now copies.

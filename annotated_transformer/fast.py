@@ -176,7 +176,8 @@ class FastLayerNorm(LayerNorm):
         return F.layer_norm(x, (n,), biased_variance_gain(self), self.b_2, self.eps ** 2 * (n - 1) / n)
 
 # %% ../nbs/10_fast.ipynb #ff7544eb
-def _xlogx(v: float) -> float: return 0.0 if v == 0 else v * math.log(v)
+def _xlogx(v: float) -> torch.Tensor:  # v log v (0 at v = 0); a tensor: torch 2.4 cannot compile math.log of a float
+    return torch.special.xlogy(torch.scalar_tensor(v, dtype=torch.float64), v)
 
 def _smoothed_loss(gold, total, pad, V: int, c: float, e: float):
     "Each row's loss, from log p of its gold token, of all V tokens summed and of padding: the formula above."

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from annotated_transformer.devices import autocast_context
+from annotated_transformer.devices import autocast_context, cpu_bf16_native
 from annotated_transformer.fast import FastMultiHeadedAttention
 from machine import cpu_name  # benchmarks/machine.py
 from train_step import SIZES, make_batch  # the train-step benchmark's models and batches
@@ -63,7 +63,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, "
-          f"bf16 matrix units: {'yes' if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported() else 'no'}, "
+          f"bf16 matrix units: {'yes' if cpu_bf16_native() else 'no'}, "
           f"median of {args.rounds} calls\n")
     print("| model | precision | pass | SDPA (ms) | written out (ms) | SDPA / written out |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
