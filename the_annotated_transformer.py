@@ -1514,8 +1514,9 @@ for row, full in zip(stopped.tolist(), out.tolist()):
 # with a looser tolerance.
 #
 # Another version of torch may draw other dropout masks from the same seed.
-# The run then lands near the recorded one, not on it, and the cells check it as the fast path is checked: within 5%
-# after the first epoch and within 15% after the fifth.
+# The run then lands near the recorded one, not on it.
+# The first cell then checks both losses to 5%, as the fast path's are checked.
+# The slow cell checks the training loss to 10% and the evaluation loss, measured on fewer pairs, to 30%.
 
 # %%
 # (train loss, eval loss) per epoch, recorded from The Annotated Transformer 2022's code: seed 0, torch 2.13, CPU
@@ -1563,8 +1564,10 @@ for _, (epoch, ((train_loss, eval_loss, model), (train_ref, eval_ref))) in zip(r
 if LONG_RUNS:  # `--quick` leaves this long run out
     for epoch, ((train_loss, eval_loss, model), (train_ref, eval_ref)) in run:  # epochs 2 to 5 of the same run
         report(epoch, train_loss, eval_loss, train_ref, eval_ref)
-        tolerance = 1e-3 if SAME_MASKS else 0.15  # other masks: runs drift apart as training goes on
-        test_close(train_loss, train_ref, eps=tolerance * train_ref); test_close(eval_loss, eval_ref, eps=tolerance * eval_ref)
+        # other masks: runs drift apart as training goes on, the evaluation loss (on 400 pairs) most
+        train_tolerance, eval_tolerance = (1e-3, 1e-3) if SAME_MASKS else (0.1, 0.3)
+        test_close(train_loss, train_ref, eps=train_tolerance * train_ref)
+        test_close(eval_loss, eval_ref, eps=eval_tolerance * eval_ref)
 
 # %% [markdown]
 # The trained model now copies.

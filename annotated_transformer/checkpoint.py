@@ -293,9 +293,9 @@ def save_checkpoint(path: str | Path,  # checkpoint folder (created, or replaced
                     files: dict[str, str] | None = None,  # more text files to include, e.g. vocabularies
                     ) -> Path:
     "Save weights and config, plus (if an optimizer is given) everything needed to resume exactly: one sealed folder."
+    path = check_path(path, "a checkpoint folder")
     trainer = trainer_state(optimizer, scheduler, train_state, extra) if optimizer is not None else None
-    return _save(check_path(path, "a checkpoint folder"), model, None, extra_config, files, trainer,
-                 (train_state or TrainState()).step)
+    return _save(path, model, None, extra_config, files, trainer, (train_state or TrainState()).step)
 
 def load_checkpoint(path: str | Path,  # checkpoint folder written by `save_checkpoint`
                     model: nn.Module,  # model of the same configuration

@@ -30,7 +30,7 @@ from .subwords import load_vocabularies
 
 # %% ../nbs/29_export.ipynb #58af54bc
 EXTRA = "annotated-transformer[deploy]"  # the extra that installs the engines (and a torch that exports to ONNX)
-ONNX_TORCH = "2.10"  # the oldest torch known to export the graphs below (2.4, 2.5, 2.6, 2.7 and 2.9 fail on them)
+ONNX_TORCH = (2, 10)  # the oldest torch known to export the graphs below (2.4, 2.5, 2.6, 2.7 and 2.9 fail on them)
 ENGINE_MODULES = {"ctranslate2": "ctranslate2", "onnx": "onnxruntime"}  # what each engine needs to run
 
 def engine_module(name: str):  # ctranslate2, onnxruntime, onnxscript, ...
@@ -128,12 +128,16 @@ class StepGraph(EncoderGraph):  # the same model; another forward
             x = layer.sublayer[2](x, layer.feed_forward)
         return self.model.generator(self.model.decoder.norm(x)[:, -1]), torch.stack(present)
 
+def _onnx_exporter() -> None:
+    "Refuse, before any work, a torch whose ONNX exporter fails on these graphs, or a missing onnxscript."
+    engine_module("onnxscript")  # what torch's ONNX exporter writes the graphs with
+    if tuple(int(n) for n in torch.__version__.split(".")[:2]) < ONNX_TORCH:  # a build of 2.10.0a0+git... is 2.10
+        raise ValueError(f"the ONNX export needs torch {'.'.join(map(str, ONNX_TORCH))} or later, and this is torch "
+                         f"{torch.__version__}: pip install -U \"{EXTRA}\" installs one")
+
 def onnx_graphs(model: EncoderDecoder, folder: Path) -> None:
     "Write encoder.onnx and step.onnx into `folder`; batch, source length and steps so far are dynamic."
-    engine_module("onnxscript")  # what torch's ONNX exporter writes the graphs with
-    if torch.__version__ < ONNX_TORCH:  # (a TorchVersion: compared as a version, not as text)
-        raise ValueError(f"the ONNX export needs torch {ONNX_TORCH} or later, and this is torch {torch.__version__}: "
-                         f"pip install -U \"{EXTRA}\" installs one")
+    _onnx_exporter()
     cfg, batch, src_len = model.config, torch.export.Dim("batch"), torch.export.Dim("src_len")
     src = torch.tensor([[BOS, 5, 6, EOS], [BOS, 7, EOS, PAD]]) % cfg.src_vocab  # an example; any shape works
     past = torch.zeros(cfg.N, 2, 2, cfg.h, 3, cfg.d_model // cfg.h)  # (N, 2, batch, h, steps, d_k)
@@ -170,6 +174,8 @@ def export_model(checkpoint: str | Path,  # a checkpoint folder with vocabularie
     if is_exported(checkpoint):
         raise ValueError(f"{checkpoint} is already exported: export the checkpoint it was made from")
     engine_module(ENGINE_MODULES[engine])  # before anything is read or written
+    if engine == "onnx":
+        _onnx_exporter()
     model, config = load_model(checkpoint, "cpu", trust).float(), read_config(checkpoint)
     vocabularies = [name for name in VOCABULARY_FILES if (checkpoint / name).is_file()]
     if not vocabularies:
