@@ -24,6 +24,7 @@ import torch
 from .checkpoint import load_model, read_config, save_model
 from .files import atomic_write, sha256_of
 from .data import load_multi30k
+from .devices import CPU_INFO
 from .decoding import Translator, load_ensemble, shipped_model_dir
 from .evaluation import average_checkpoints, evaluate_translator, last_checkpoints, vocabulary_files
 from .train import TrainConfig, train
@@ -38,8 +39,8 @@ def hardware() -> str:
     "A short description of the machine that runs this code, for results records."
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    cpuinfo = Path("/proc/cpuinfo")  # Linux names the CPU model there; platform.processor() may not
-    names = re.findall(r"^model name\s*:\s*(.*?)\s*$", cpuinfo.read_text(), re.M) if cpuinfo.exists() else []
+    # Linux names the CPU model in CPU_INFO; platform.processor() may not
+    names = re.findall(r"^model name\s*:\s*(.*?)\s*$", CPU_INFO.read_text(), re.M) if CPU_INFO.exists() else []
     return f"{os.cpu_count()} CPU cores ({platform.machine()}, {(names + [platform.processor()])[0] or 'unknown CPU'})"
 
 # %% ../nbs/25_recipe.ipynb #45aee7e3
